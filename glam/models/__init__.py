@@ -1,0 +1,1 @@
+"""Model loading: embedded models, local folders and hub ids."""

