@@ -53,12 +53,11 @@ class ActionSpace:
         Raises:
             ValueError: if ``action`` is not one of ``words`` nor an index in range.
         """
-        if isinstance(action, str):
-            if action in self.words:
-                return self.words.index(action)
-        elif isinstance(action, numbers.Integral) and not isinstance(action, bool):
-            if 0 <= int(action) < len(self.words):
-                return int(action)
+        if isinstance(action, str) and action in self.words:
+            return self.words.index(action)
+        is_integer = isinstance(action, numbers.Integral) and not isinstance(action, bool)
+        if is_integer and 0 <= int(action) < len(self.words):
+            return int(action)
         allowed = ", ".join(repr(w) for w in self.words)
         raise ValueError(
             f"invalid action {action!r} for action space {self.name!r}; allowed actions are "
@@ -92,6 +91,8 @@ ACTION_SPACES: dict[str, ActionSpace] = {
             ("turn left", "turn right", "go forward", "pick up", "drop", "toggle"),
             _NAVIGATION,
         ),
+        # Navigation only: for levels with nothing to pick up or open (quick learning checks).
+        _space("nav", ("turn left", "turn right", "go forward"), _NAVIGATION[:3]),
         # The paper's larger action space: the extra words do nothing (minigrid's `done`
         # action is a no-op unless BABYAI_DONE_ACTIONS is set).
         _space(

@@ -199,12 +199,13 @@ _FR_LOCATIONS = {
     " on your left": " à ta gauche",
     " on your right": " à ta droite",
 }
-# Imperative and past infinitive of each French verb: "ramasse X" / "avoir ramassé X".
-_FR_VERBS = {
-    "goto": ("va", "être allé"),
-    "pickup": ("ramasse", "avoir ramassé"),
-    "open": ("ouvre", "avoir ouvert"),
-    "put": ("mets", "avoir mis"),
+# Each French verb in the imperative ("ramasse X") and the past infinitive ("avoir ramassé X").
+_FR_IMPERATIVE = {"goto": "va", "pickup": "ramasse", "open": "ouvre", "put": "mets"}
+_FR_PAST = {
+    "goto": "être allé",
+    "pickup": "avoir ramassé",
+    "open": "avoir ouvert",
+    "put": "avoir mis",
 }
 
 
@@ -236,6 +237,7 @@ def _fr_object(desc: str, mission: str, preposition: str = "") -> str:
 
 def _fr_action(clause: str, mission: str, past: bool) -> str:
     """French for one BabyAI action clause, imperative or (``past``) past infinitive."""
+    verbs = _FR_PAST if past else _FR_IMPERATIVE
     for prefix, verb, preposition in (
         ("go to ", "goto", "à"),
         ("pick up ", "pickup", ""),
@@ -243,12 +245,12 @@ def _fr_action(clause: str, mission: str, past: bool) -> str:
     ):
         if clause.startswith(prefix):
             obj = _fr_object(clause[len(prefix) :], mission, preposition)
-            return f"{_FR_VERBS[verb][past]} {obj}"
+            return f"{verbs[verb]} {obj}"
     if clause.startswith("put ") and " next to " in clause:
         moved, fixed = clause[len("put ") :].split(" next to ", 1)
         moved_fr = _fr_object(moved, mission)
         fixed_fr = _fr_object(fixed, mission, "de")
-        return f"{_FR_VERBS['put'][past]} {moved_fr} à côté {fixed_fr}"
+        return f"{verbs['put']} {moved_fr} à côté {fixed_fr}"
     raise ValueError(f"cannot translate mission {mission!r}: unknown clause {clause!r}")
 
 

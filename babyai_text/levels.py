@@ -34,7 +34,6 @@ from babyai_text.describe import LANGUAGES, translate_mission
 
 __all__ = [
     "HELD_OUT_PAIRS",
-    "MIXED_TASKS",
     "SPLITS",
     "TASK_TYPES",
     "GlamLevel",
@@ -56,17 +55,6 @@ TASK_TYPES: tuple[str, ...] = (
 ``pickup_then_goto`` reads "pick up X, then go to Y", ``goto_after_pickup`` "go to Y after you
 pick up X" (the same task in its two phrasings), ``pickup_then_pickup`` "pick up X, then pick
 up Y"."""
-
-MIXED_TASKS: Mapping[str, float] = {
-    "goto": 1.0,
-    "pickup": 1.0,
-    "putnext": 1.0,
-    "open": 1.0,
-    "pickup_then_goto": 0.5,
-    "goto_after_pickup": 0.5,
-}
-"""Weights of the GLAM training mix: five tasks drawn evenly, the sequence task in either
-phrasing."""
 
 HELD_OUT_PAIRS: frozenset[tuple[str, str]] = frozenset(
     {("yellow", "box"), ("red", "key"), ("red", "door"), ("green", "ball"), ("grey", "door")}
@@ -236,7 +224,9 @@ class GlamLevel(RoomGridLevel):
     def _gen_grid(self, width: int, height: int) -> None:
         # Replaces RoomGridLevel._gen_grid to draw the task type once per episode, to resize the
         # grid for it, and to redraw rejected rooms without printing.
-        self.task_type = self.task_types[self.np_random.choice(len(self.task_types), p=self.task_probs)]
+        self.task_type = self.task_types[
+            self.np_random.choice(len(self.task_types), p=self.task_probs)
+        ]
         self.num_cols = 2 if self.task_type == "open" else 1
         self.width = (self.room_size - 1) * self.num_cols + 1
         for _ in range(self.max_tries):

@@ -10,21 +10,23 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["LEVELS", "register_levels"]
+__all__ = ["LEVELS", "MIXED_TASKS", "register_levels"]
 
 _ENTRY_POINT = "babyai_text.levels:GlamLevel"
-_MIXED = {
+MIXED_TASKS: dict[str, float] = {
     "goto": 1.0,
     "pickup": 1.0,
     "putnext": 1.0,
     "open": 1.0,
     "pickup_then_goto": 0.5,
     "goto_after_pickup": 0.5,
-}  # the same weights as babyai_text.levels.MIXED_TASKS, kept literal to stay import-free
+}
+"""Task weights of the GLAM mix: five tasks drawn evenly, pick up then go to in either
+phrasing."""
 
 _LEVEL_TABLE: dict[str, tuple[str, dict[str, Any]]] = {
-    "BabyAI-MixedTrainLocal-v0": (_ENTRY_POINT, {"tasks": _MIXED, "split": "train"}),
-    "BabyAI-MixedTestLocal-v0": (_ENTRY_POINT, {"tasks": _MIXED, "split": "test"}),
+    "BabyAI-MixedTrainLocal-v0": (_ENTRY_POINT, {"tasks": MIXED_TASKS, "split": "train"}),
+    "BabyAI-MixedTestLocal-v0": (_ENTRY_POINT, {"tasks": MIXED_TASKS, "split": "test"}),
     "BabyAI-PickUpSeqPickUpLocal-v0": (_ENTRY_POINT, {"tasks": ("pickup_then_pickup",)}),
     "BabyAI-PickUpThenGoToLocal-v0": (_ENTRY_POINT, {"tasks": ("pickup_then_goto",)}),
     "BabyAI-GoToAfterPickUpLocal-v0": (_ENTRY_POINT, {"tasks": ("goto_after_pickup",)}),

@@ -32,6 +32,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from glam.models.tiny import TINY_MODELS, prepare_tiny_model
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -173,8 +175,11 @@ def load_model(
 
     if spec in EMBEDDED_MODELS:
         source = prepare_embedded_model(spec)
+    elif spec in TINY_MODELS:  # tiny random models, built locally for tests (glam/models/tiny.py)
+        source = prepare_tiny_model(spec, cache_root() / "models")
     else:
         tried.append(f"embedded model names {sorted(EMBEDDED_MODELS)}: no match")
+        tried.append(f"tiny model names {sorted(TINY_MODELS)}: no match")
         path = Path(spec).expanduser()
         if path.is_file() and path.suffix == ".gguf":
             source, gguf_file = path.parent, path.name

@@ -8,6 +8,7 @@ It lets the SLURM templates and the requeue path be tested without a model: it c
 `checkpoints/frames_N/state.json` every `train.save_every` frames with a `checkpoints/latest`
 pointer, and on SIGUSR1 or SIGTERM saves a checkpoint, prints "preempted: checkpoint saved" and
 exits 0. With `train.resume=true` it continues from the newest checkpoint, or starts fresh.
+Under a multi-process launcher every rank counts and stops on the signal; rank 0 alone writes.
 """
 
 from __future__ import annotations
@@ -67,11 +68,14 @@ def load_frames(run_dir: Path) -> int | None:
 
 def main(argv: list[str]) -> int:
     config = parse_overrides(argv)
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    is_main = rank == 0
     run_dir = Path(config["train.output_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(
-        "".join(f"{key}: {value}\n" for key, value in sorted(config.items()))
-    )
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(
+            "".join(f"{key}: {value}\n" for key, value in sorted(config.items()))
+        )
     total_frames = int(config["train.total_frames"])
     save_every = int(config["train.save_every"])
     frames_per_step = int(config["env.num_envs"])
@@ -82,29 +86,33 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, lambda signum, frame: stop_signal.append(signum))
 
     frames = load_frames(run_dir) if config["train.resume"] == "true" else None
-    if frames is None:
-        frames = 0
-        print("starting fresh", flush=True)
-    else:
-        print(f"resumed from checkpoint at frames {frames}", flush=True)
-    print(f"world size {os.environ.get('WORLD_SIZE', '1')}", flush=True)
+    if is_main:
+        start = (
+            "starting fresh" if frames is None else f"resumed from checkpoint at frames {frames}"
+        )
+        print(f"{start}; world size {world_size}", flush=True)
+    frames = frames or 0
 
     metrics = run_dir / "metrics.csv"
-    if not metrics.exists():
+    if is_main and not metrics.exists():
         metrics.write_text("frames\n")
     while frames < total_frames:
         time.sleep(step_seconds)
         frames += frames_per_step
-        with metrics.open("a") as file:
-            file.write(f"{frames}\n")
+        if is_main:
+            with metrics.open("a") as file:
+                file.write(f"{frames}\n")
         if stop_signal:
-            save_checkpoint(run_dir, frames)
-            print(f"preempted: checkpoint saved at frames {frames}", flush=True)
+            if is_main:
+                save_checkpoint(run_dir, frames)
+                print(f"preempted: checkpoint saved at frames {frames}", flush=True)
+            print(f"rank {rank}: stopped by signal {stop_signal[0]}", flush=True)
             return 0
-        if frames % save_every == 0:
+        if is_main and frames % save_every == 0:
             save_checkpoint(run_dir, frames)
-    save_checkpoint(run_dir, frames)
-    print(f"done at frames {frames}", flush=True)
+    if is_main:
+        save_checkpoint(run_dir, frames)
+        print(f"done at frames {frames}", flush=True)
     return 0
 
 

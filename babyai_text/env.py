@@ -1,0 +1,151 @@
+"""BabyAI-Text: any BabyAI level, with missions and observations in words and actions as words.
+
+>>> env = make("BabyAI-MixedTrainLocal-v0")
+>>> obs, info = env.reset(seed=0)
+>>> obs["mission"], info["descriptions"], info["task_type"]  # doctest: +SKIP
+('go to the red ball', ['You see a wall 2 steps forward', ...], 'goto')
+>>> obs, reward, terminated, truncated, info = env.step("turn left")  # or env.step(0)
+"""
+
+from __future__ import annotations
+
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import minigrid  # noqa: F401  (registers minigrid's BabyAI levels with gymnasium)
+from gymnasium import spaces
+
+from babyai_text.actions import ActionSpace, get_action_space
+from babyai_text.describe import LANGUAGES, describe_view, translate_mission
+from babyai_text.levels import task_type_of
+from babyai_text.registration import register_levels
+
+__all__ = ["TextEnv", "known_level_ids", "make"]
+
+_DEFAULT_ACTION_SPACES = {"en": "default", "fr": "french"}
+
+
+class TextEnv(gym.Wrapper):
+    """Wraps a minigrid BabyAI env so that it speaks text.
+
+    ``reset`` and ``step`` return minigrid's observation dict, whose ``"mission"`` is in the
+    env's language, and add to ``info``:
+
+    - ``"descriptions"``: the sentences describing the agent's view
+      (:func:`babyai_text.describe.describe_view`);
+    - ``"task_type"``: the task type of the episode (``"goto"``, ``"pickup_then_goto"``...;
+      inferred from the instruction for minigrid's levels, None when it fits no simple shape);
+    - ``"success"``: True when the episode has just ended with a positive reward.
+
+    ``step`` takes an index into ``action_words`` or one of the words. Rewards are BabyAI's.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        *,
+        action_space: str | ActionSpace | None = None,
+        language: str | None = None,
+    ) -> None:
+        """
+        Args:
+            env: a minigrid env (possibly wrapped), e.g. ``gym.make("BabyAI-GoToLocal-v0")``.
+            action_space: name of an action space in ``ACTION_SPACES`` (or one); by default
+                ``"french"`` when the language is French, else ``"default"``.
+            language: ``"en"`` or ``"fr"``; by default the level's own (French for
+                ``BabyAI-GoToLocalFrench-v0``), else English.
+        """
+        super().__init__(env)
+        language = language or getattr(env.unwrapped, "language", "en")
+        if language not in LANGUAGES:
+            raise ValueError(f"unknown language {language!r}; known languages: {LANGUAGES}")
+        self.language: str = language
+        self.action_space_def: ActionSpace = get_action_space(
+            action_space or _DEFAULT_ACTION_SPACES[language]
+        )
+        self.action_words: tuple[str, ...] = self.action_space_def.words
+        self.action_space = spaces.Discrete(len(self.action_words))
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode; ``info`` holds ``descriptions``, ``task_type`` and ``success``."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._textualise(obs, info, success=False)
+
+    def step(
+        self, action: int | str
+    ) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Take ``action`` (an index into ``action_words`` or a word); gymnasium's 5-tuple.
+
+        Raises:
+            ValueError: if ``action`` is not in the action space; the message lists the words.
+        """
+        minigrid_action = self.action_space_def.to_minigrid(action)
+        obs, reward, terminated, truncated, info = self.env.step(minigrid_action)
+        obs, info = self._textualise(obs, info, success=bool(terminated and reward > 0))
+        return obs, reward, terminated, truncated, info
+
+    @property
+    def mission(self) -> str:
+        """The current mission in the env's language."""
+        base = self.env.unwrapped
+        english = getattr(base, "surface", None) or base.mission
+        return translate_mission(english, self.language)
+
+    @property
+    def task_type(self) -> str | None:
+        """Task type of the current episode, or None."""
+        base = self.env.unwrapped
+        if hasattr(base, "task_type"):
+            return base.task_type
+        return task_type_of(getattr(base, "instrs", None))
+
+    def _textualise(
+        self, obs: dict[str, Any], info: dict[str, Any], *, success: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs = {**obs, "mission": self.mission}
+        info = {
+            **info,
+            "descriptions": describe_view(obs["image"], self.language),
+            "task_type": self.task_type,
+            "success": success,
+        }
+        return obs, info
+
+
+def known_level_ids() -> list[str]:
+    """Every BabyAI level id registered with gymnasium (minigrid's and this package's)."""
+    register_levels()
+    return sorted(env_id for env_id in gym.registry if env_id.startswith("BabyAI-"))
+
+
+def make(
+    level_id: str,
+    *,
+    action_space: str | ActionSpace | None = None,
+    language: str | None = None,
+    max_steps: int | None = None,
+    **kwargs: Any,
+) -> TextEnv:
+    """Make the text env of any BabyAI level.
+
+    Args:
+        level_id: a BabyAI gymnasium id, minigrid's (``BabyAI-GoToLocal-v0``) or this
+            package's (``BabyAI-MixedTrainLocal-v0``, see ``babyai_text.LEVELS``).
+        action_space: see :class:`TextEnv`.
+        language: see :class:`TextEnv`.
+        max_steps: fixed episode length limit; by default BabyAI's, which depends on the task.
+        **kwargs: passed to ``gymnasium.make`` and on to the level (``render_mode``...).
+
+    Raises:
+        ValueError: for an unknown level id (the message lists the known ones), an unknown
+            action space or language.
+    """
+    known = known_level_ids()
+    if level_id not in known:
+        raise ValueError(f"unknown BabyAI level id {level_id!r}; known ids: {', '.join(known)}")
+    if max_steps is not None:
+        kwargs["max_steps"] = max_steps
+    env = gym.make(level_id, **kwargs)
+    return TextEnv(env, action_space=action_space, language=language)

@@ -1,0 +1,170 @@
+"""Typed configuration of behavioural cloning: collecting bot demonstrations, and the SFT run.
+
+The two scripts read these through Hydra (`configs/demos/collect.yaml`, `configs/bc/train.yaml`);
+the schemas are registered with Hydra's ConfigStore so that a misspelt key fails at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from glam.config import ModelConfig
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@dataclass
+class DemosConfig:
+    """Which bot demonstrations to collect and where to save them."""
+
+    level: str = "BabyAI-GoToLocal-v0"
+    """BabyAI level id, minigrid's or babyai_text's (`BabyAI-MixedTrainLocal-v0`...)."""
+    episodes: int = 100
+    """Number of bot episodes to play (ignored when `pairs` is set)."""
+    pairs: int | None = None
+    """Stop once this many (prompt, action) pairs are collected; the last episode is cut."""
+    seed: int = 0
+    """Episode i is reset with seed `seed + i`; the same seed gives the same dataset."""
+    output_dir: str = "data/demos"
+    """Dataset folder, written with `Dataset.save_to_disk` (loadable with `load_from_disk`)."""
+    overwrite: bool = False
+    """Replace an existing dataset folder instead of refusing to."""
+    nbr_obs: int = 3
+    """Observations kept in the prompt (the policy's history length)."""
+    action_space: str = "default"
+    """Action space name of `babyai_text.actions.ACTION_SPACES`."""
+    language: str | None = None
+    """`en` or `fr`; None: the level's own."""
+    prompt_format: str = "glam"
+    """`glam` (the original text prompt) or `chat` (the model's chat template around it)."""
+    chat_model: str | None = None
+    """Model whose tokenizer's chat template renders `chat` prompts (its name or path)."""
+    keep_failed: bool = False
+    """Keep the pairs of episodes the bot did not finish (they are dropped by default)."""
+    min_bot_success: float = 0.5
+    """Abort with an error when the bot solves fewer episodes than this fraction."""
+
+    def __post_init__(self) -> None:
+        if self.pairs is None:
+            _check_positive("demos.episodes", self.episodes)
+        else:
+            _check_positive("demos.pairs", self.pairs)
+        _check_positive("demos.nbr_obs", self.nbr_obs)
+        if self.prompt_format not in ("glam", "chat"):
+            raise ValueError(f"demos.prompt_format={self.prompt_format!r} is not glam or chat")
+        if self.prompt_format == "chat" and not self.chat_model:
+            raise ValueError("demos.prompt_format=chat needs demos.chat_model (its chat template)")
+        if not 0.0 <= self.min_bot_success <= 1.0:
+            raise ValueError(f"demos.min_bot_success must be in [0, 1], got {self.min_bot_success}")
+
+
+@dataclass
+class CollectDemosConfig:
+    """Top level of `scripts/collect_bot_demos.py`."""
+
+    demos: DemosConfig = field(default_factory=DemosConfig)
+    """What to collect."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass
+class BCConfig:
+    """Supervised fine-tuning on (prompt, action) pairs: data, optimisation, evaluation, output.
+
+    Defaults follow the original: AdamW, learning rate 5e-4, cosine schedule, one epoch.
+    """
+
+    dataset: str = "data/demos/BabyAI-GoToLocal-v0"
+    """Demonstrations folder (`scripts/collect_bot_demos.py` output, or PPO rollouts)."""
+    output_dir: str = "runs/bc"
+    """Where the adapter (or full model), tokenizer, `bc_policy.json` and metrics go."""
+    max_pairs: int | None = None
+    """Use only the first this many pairs of the dataset (None: all)."""
+    eval_fraction: float = 0.2
+    """Fraction of the episodes held out for evaluation (split by episode, not by pair)."""
+    max_eval_pairs: int | None = 200
+    """Cap on held-out pairs scored for action accuracy (scoring 6 actions costs a forward each)."""
+    learning_rate: float = 5e-4
+    """AdamW learning rate."""
+    lr_scheduler: str = "cosine"
+    """Learning-rate schedule name of transformers (`cosine`, `linear`, `constant`...)."""
+    warmup_steps: float = 0.0
+    """Learning-rate warm-up: optimizer steps when >= 1, a fraction of all steps when < 1."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    epochs: float = 1.0
+    """Passes over the training pairs."""
+    max_steps: int = -1
+    """Stop after this many optimizer steps (-1: run the epochs)."""
+    batch_size: int = 8
+    """Pairs per device per forward."""
+    gradient_accumulation_steps: int = 1
+    """Forwards per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    max_length: int = 1024
+    """Longest prompt + action in tokens; a longer pair is an error, not silently truncated."""
+    seed: int = 0
+    """Seed of the split, the adapter initialisation and the data order."""
+    eval_before_training: bool = True
+    """Measure the zero-shot model on the held-out pairs first (the baseline of the run)."""
+    eval_steps: int | None = None
+    """Evaluate every this many steps as well as at the end (None: only at the end)."""
+    score_batch_size: int = 8
+    """Prompts scored together when measuring action accuracy."""
+    normalization: str = "sum"
+    """Candidate score used for action accuracy, as the policy's (`sum`, `token`, `word`)."""
+    success_episodes: int = 0
+    """After training, play this many seeded episodes greedily, zero-shot and BC (0: skip)."""
+    success_level: str | None = None
+    """Level of those episodes; None: the dataset's level."""
+    success_seed: int = 1_000_000_000
+    """Episode i of the success test is reset with seed `success_seed + i` (far from demos)."""
+    logging_steps: int = 5
+    """Log the training loss every this many steps."""
+    report_to: str = "none"
+    """Where transformers logs: `none`, `tensorboard`, `wandb`."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"bc.eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        _check_positive("bc.learning_rate", self.learning_rate)
+        _check_positive("bc.batch_size", self.batch_size)
+        _check_positive("bc.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        _check_positive("bc.max_length", self.max_length)
+        _check_positive("bc.score_batch_size", self.score_batch_size)
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("bc.epochs or bc.max_steps must be > 0")
+        if self.normalization not in ("sum", "token", "word"):
+            raise ValueError(f"bc.normalization={self.normalization!r} is not sum, token or word")
+        if self.success_episodes < 0:
+            raise ValueError(f"bc.success_episodes must be >= 0, got {self.success_episodes}")
+        for name in ("max_pairs", "max_eval_pairs", "eval_steps"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_positive(f"bc.{name}", value)
+
+
+@dataclass
+class BCRunConfig:
+    """Top level of `scripts/clm_behavioral_cloning.py`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Base model, dtype and LoRA settings (`model.lora.enabled=false`: full fine-tune)."""
+    bc: BCConfig = field(default_factory=BCConfig)
+    """Data, optimisation, evaluation and output of the SFT run."""
+
+
+def register_configs() -> None:
+    """Register the schemas under the names the YAML presets put in their defaults lists."""
+    store = ConfigStore.instance()
+    store.store(name="collect_demos_schema", node=CollectDemosConfig)
+    store.store(name="bc_schema", node=BCRunConfig)

@@ -1,0 +1,214 @@
+"""Agents the evaluation harness can play, behind one interface.
+
+Every agent answers an :class:`ActRequest` (the prompts of the running envs, after the suite's
+rewrite, with the envs themselves and per-episode RNGs) with one :class:`Decision` per env.
+Language agents read only the prompts; the bot reads only the grid; random reads nothing.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from glam.policy.prompts import PromptHistory
+
+__all__ = [
+    "ActRequest",
+    "Agent",
+    "BotAgent",
+    "Decision",
+    "FormattedHistory",
+    "History",
+    "RandomAgent",
+    "ScoringAgent",
+    "choose_actions",
+]
+
+
+class History(Protocol):
+    """The recent observations and actions of one episode, rendered as the prompt."""
+
+    def add_observation(self, descriptions: Sequence[str]) -> None: ...
+
+    def add_action(self, action: str) -> None: ...
+
+    def prompt(self, mission: str, action_words: Sequence[str], language: str = "en") -> str: ...
+
+
+class FormattedHistory(PromptHistory):
+    """GLAM's prompt history in a fixed format: `glam` text, or `chat` (needs the tokenizer)."""
+
+    def __init__(
+        self,
+        nbr_obs: int,
+        prompt_format: str = "glam",
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
+        super().__init__(nbr_obs)
+        self.prompt_format = prompt_format
+        self.tokenizer = tokenizer
+
+    def prompt(self, mission: str, action_words: Sequence[str], language: str = "en") -> str:
+        return super().prompt(
+            mission,
+            action_words,
+            language,
+            prompt_format=self.prompt_format,
+            tokenizer=self.tokenizer,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action an agent takes in one env."""
+
+    action: int
+    """Index into the env's action words."""
+    invalid: bool = False
+    """The agent's answer was not an action and was replaced by the default one."""
+
+
+@dataclass
+class ActRequest:
+    """One step of every running env, in the same order in each list."""
+
+    prompts: list[str]
+    """Prompt of each env, after the suite's rewrite: exactly what a language model reads."""
+    action_words: tuple[str, ...]
+    """The env's action words (the same for every env of a suite)."""
+    envs: list[Any]
+    """The `babyai_text.TextEnv`s themselves (only the bot looks at them)."""
+    slots: list[int]
+    """Env slot of each entry: stable over an episode, reused by the next one."""
+    new_episode: list[bool]
+    """True at the first step of an episode."""
+    rngs: list[np.random.Generator]
+    """Per-episode RNGs (seeded from the episode seed) for any random choice."""
+
+
+class Agent(ABC):
+    """An evaluated agent."""
+
+    name: str = "agent"
+    """Label of the agent in reports."""
+
+    def new_history(self, nbr_obs: int) -> History:
+        """A fresh prompt history for a new episode (GLAM's prompt format by default)."""
+        return PromptHistory(nbr_obs)
+
+    @abstractmethod
+    def act(self, request: ActRequest) -> list[Decision]:
+        """One decision per entry of `request`."""
+
+
+def choose_actions(
+    logits: torch.Tensor, rngs: Sequence[np.random.Generator], *, greedy: bool
+) -> list[int]:
+    """Argmax of each row of `logits` (batch, actions), or a sample from its softmax.
+
+    Sampling draws from each env's own RNG, so an episode's actions do not depend on which other
+    episodes share its batch.
+    """
+    if greedy:
+        return logits.argmax(dim=-1).tolist()
+    probs = torch.softmax(logits.detach().double(), dim=-1).cpu().numpy()
+    return [
+        int(rng.choice(len(row), p=row / row.sum())) for rng, row in zip(rngs, probs, strict=True)
+    ]
+
+
+class RandomAgent(Agent):
+    """Uniformly random actions (the paper's random baseline)."""
+
+    name = "random"
+
+    def act(self, request: ActRequest) -> list[Decision]:
+        n_actions = len(request.action_words)
+        return [Decision(int(rng.integers(n_actions))) for rng in request.rngs]
+
+
+class BotAgent(Agent):
+    """BabyAI's planning bot on the underlying minigrid env; it never reads the text.
+
+    The bot returns minigrid actions; they are mapped back to the suite's action space (so it
+    plays the renamed-action and French suites too).
+    """
+
+    name = "bot"
+
+    def __init__(self) -> None:
+        self._bots: dict[int, Any] = {}
+        self._last_action: dict[int, int | None] = {}
+
+    def act(self, request: ActRequest) -> list[Decision]:
+        from minigrid.utils.baby_ai_bot import BabyAIBot
+
+        decisions = []
+        for slot, env, new_episode in zip(
+            request.slots, request.envs, request.new_episode, strict=True
+        ):
+            if new_episode:
+                self._bots[slot] = BabyAIBot(env.unwrapped)
+                self._last_action[slot] = None
+            minigrid_action = int(self._bots[slot].replan(self._last_action[slot]))
+            self._last_action[slot] = minigrid_action
+            space = env.action_space_def.minigrid_actions
+            # `done` (the bot's answer once its plan is empty) is in no GLAM action space.
+            decisions.append(
+                Decision(space.index(minigrid_action) if minigrid_action in space else 0)
+            )
+        return decisions
+
+
+ScoreFn = Callable[[list[str], tuple[str, ...]], torch.Tensor]
+"""(prompts, action words) -> (batch, actions) logits of the policy."""
+
+
+class ScoringAgent(Agent):
+    """A language model that scores every action string; the policy is their softmax."""
+
+    def __init__(
+        self,
+        name: str,
+        score: ScoreFn,
+        *,
+        greedy: bool,
+        batch_size: int = 0,
+        history_factory: Callable[[int], History] | None = None,
+    ) -> None:
+        """
+        Args:
+            name: label in reports.
+            score: the scoring function (see :data:`ScoreFn`).
+            greedy: argmax instead of sampling.
+            batch_size: most prompts per call of `score`; 0: all at once.
+            history_factory: builds the prompt history of an episode; None: GLAM's format.
+        """
+        self.name = name
+        self.score = score
+        self.greedy = greedy
+        self.batch_size = batch_size
+        self.history_factory = history_factory
+
+    def new_history(self, nbr_obs: int) -> History:
+        if self.history_factory is not None:
+            return self.history_factory(nbr_obs)
+        return super().new_history(nbr_obs)
+
+    @torch.no_grad()
+    def act(self, request: ActRequest) -> list[Decision]:
+        size = self.batch_size or len(request.prompts)
+        logits = torch.cat(
+            [
+                self.score(request.prompts[start : start + size], request.action_words).float()
+                for start in range(0, len(request.prompts), size)
+            ]
+        )
+        actions = choose_actions(logits, request.rngs, greedy=self.greedy)
+        return [Decision(action) for action in actions]

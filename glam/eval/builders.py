@@ -1,0 +1,138 @@
+"""Build the evaluated agent from its config: load models, pick the prompt format and protocol."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from glam.eval.agents import Agent, BotAgent, FormattedHistory, History, RandomAgent, ScoringAgent
+from glam.eval.config import AgentConfig
+
+__all__ = ["agent_label", "build_agent", "resolve_device"]
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` is CUDA when available, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def agent_label(cfg: AgentConfig) -> str:
+    """A short name for tables; the seeds of one training run share it (`glam_paper`)."""
+    if cfg.kind in ("random", "bot"):
+        return cfg.kind
+    if cfg.kind == "zero_shot":
+        model = Path(cfg.model).name or cfg.model
+        return f"zero_shot-{cfg.protocol}:{model}"
+    path = Path(cfg.path).resolve()
+    if path.parent.name == "checkpoints":  # a checkpoint folder: name its run
+        path = path.parent.parent
+    elif path.name == "policy" and path.parent.parent.name == "checkpoints":
+        path = path.parent.parent.parent
+    # Campaign runs are named `<grid point>_seed-<n>` (or `seed-<n>`) inside the campaign folder.
+    name = re.sub(r"_?seed-\d+$", "", path.name)
+    name = f"{path.parent.name}/{name}" if name else path.parent.name
+    return f"{cfg.kind}:{name}"
+
+
+def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    """The agent `cfg` describes.
+
+    Raises:
+        FileNotFoundError: a checkpoint or BC folder that does not exist or is not one.
+        glam.ModelNotFoundError: a model spec that resolves to nothing.
+    """
+    if cfg.kind == "random":
+        return RandomAgent()
+    if cfg.kind == "bot":
+        return BotAgent()
+    if cfg.kind == "checkpoint":
+        return _checkpoint_agent(cfg, greedy=greedy)
+    return _language_model_agent(cfg, greedy=greedy)
+
+
+def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    from glam.policy.llm_policy import LLMActorCritic
+    from glam.ppo.checkpoint import policy_dir
+
+    path = Path(cfg.path)
+    if not path.exists():
+        raise FileNotFoundError(f"agent.path={cfg.path!r} does not exist (checkpoint expected)")
+    folder = path if _is_saved_policy(path) else policy_dir(path)
+    if not _is_saved_policy(folder):
+        raise FileNotFoundError(f"{folder} holds no saved policy (LLMActorCritic.save_pretrained)")
+    policy = LLMActorCritic.from_pretrained(folder)
+    policy.to(resolve_device(cfg.device)).eval()
+    action_heads = policy.policy_cfg.head == "action_heads"
+
+    def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
+        if action_heads:
+            # One output per action position: a renamed or translated action space keeps
+            # minigrid's order, so output k still stands for the same action.
+            if len(action_words) != len(policy.action_words):
+                raise ValueError(
+                    f"the policy has {len(policy.action_words)} action heads, the env "
+                    f"{len(action_words)} actions {list(action_words)}"
+                )
+            return policy(prompts, None).logits
+        return policy(prompts, [list(action_words)] * len(prompts)).logits
+
+    history = _history_factory(policy.policy_cfg.prompt_format, policy.tokenizer)
+    return ScoringAgent(
+        agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
+    )
+
+
+def _is_saved_policy(path: Path) -> bool:
+    from glam.policy.llm_policy import CONFIG_FILE
+
+    return (path / CONFIG_FILE).is_file()
+
+
+def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    from glam.scoring import score_candidates
+
+    prompt_format, normalization = cfg.prompt_format, cfg.normalization
+    if cfg.kind == "bc":
+        from glam.bc.policy import load_bc_policy, read_bc_policy_info
+
+        if not Path(cfg.path).is_dir():
+            raise FileNotFoundError(f"agent.path={cfg.path!r} is not a folder (BC policy expected)")
+        info = read_bc_policy_info(cfg.path)
+        model, tokenizer = load_bc_policy(cfg.path, dtype=cfg.dtype, merge=True)
+        # Score the way it was cloned: the same prompt format and normalisation.
+        prompt_format, normalization = info.prompt_format, info.normalization
+    else:
+        from glam.models.loading import load_model
+
+        model, tokenizer = load_model(cfg.model, dtype=cfg.dtype)
+    model.to(resolve_device(cfg.device)).eval()
+    name = agent_label(cfg)
+
+    if cfg.protocol == "generation":
+        from glam.eval.generation import GenerationAgent
+
+        return GenerationAgent(
+            name, model, tokenizer, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size
+        )
+
+    def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
+        candidates = [list(action_words)] * len(prompts)
+        return score_candidates(model, tokenizer, prompts, candidates, normalization).scores
+
+    history = _history_factory(prompt_format, tokenizer)
+    return ScoringAgent(
+        name, score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
+    )
+
+
+def _history_factory(
+    prompt_format: str, tokenizer: PreTrainedTokenizerBase
+) -> Callable[[int], History]:
+    """GLAM's history, rendered as plain text or inside the model's chat template."""
+    return lambda nbr_obs: FormattedHistory(nbr_obs, prompt_format, tokenizer)

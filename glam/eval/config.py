@@ -1,0 +1,166 @@
+"""Typed configuration of the evaluation scripts, registered with Hydra's ConfigStore.
+
+`configs/eval/*.yaml` fill these dataclasses; a misspelt key fails at start-up because the
+schema is structured. Each field is documented once, under it, and checked in `__post_init__`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from glam.models.loading import DEFAULT_MODEL
+
+__all__ = [
+    "AGENT_KINDS",
+    "AgentConfig",
+    "EvalConfig",
+    "PostTrainingTestsConfig",
+    "ResultsTableConfig",
+    "register_configs",
+]
+
+AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot")
+"""Agents the harness can evaluate."""
+
+SEED_BASE = 10**9
+"""Evaluation episodes use seeds from here up: training seeds (`100 * seed + i` and small
+schedules) never reach it, as in the original's `1e9 * seed + i`."""
+SEEDS_PER_RUN = 10**6
+"""Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
+
+
+@dataclass
+class AgentConfig:
+    """Which agent plays: a trained policy, a pretrained model zero-shot, BC, or a baseline."""
+
+    kind: str = "zero_shot"
+    """`checkpoint` (PPO run), `zero_shot` (any model), `bc` (behavioural cloning adapter),
+    `random` or `bot` (BabyAI's planner, which reads the grid, not the text)."""
+    path: str = ""
+    """`checkpoint`: a run folder, one of its checkpoint folders or a saved policy folder.
+    `bc`: the folder of the saved adapter (or of a full fine-tuned model)."""
+    model: str = DEFAULT_MODEL
+    """`zero_shot`: model spec (embedded name, local folder, hub id). `bc`: base model when the
+    adapter does not name a loadable one."""
+    protocol: str = "scoring"
+    """`scoring`: softmax over the log-likelihood of each action (GLAM); `generation`: the model
+    writes the action (BALROG), invalid answers become `go forward`. zero_shot and bc only."""
+    prompt_format: str = "glam"
+    """Scoring protocol of zero_shot/bc: `glam` text, or `chat` (the chat template around it).
+    A checkpoint uses the format it was trained with."""
+    normalization: str = "sum"
+    """Scoring protocol of zero_shot/bc: candidate score is the `sum` of token log-probs, or the
+    mean per `token` or per `word`."""
+    dtype: str = "float32"
+    """Weights dtype: float32, bfloat16 or float16."""
+    device: str = "auto"
+    """`auto` (CUDA when available), `cpu`, `cuda`, `cuda:1`..."""
+    batch_size: int = 0
+    """Most prompts per forward pass; 0 puts every running env in one batch."""
+    max_new_tokens: int = 8
+    """Generation protocol: tokens generated per action."""
+
+    def __post_init__(self) -> None:
+        _check_choice("agent.kind", self.kind, AGENT_KINDS)
+        _check_choice("agent.protocol", self.protocol, ("scoring", "generation"))
+        _check_choice("agent.prompt_format", self.prompt_format, ("glam", "chat"))
+        _check_choice("agent.normalization", self.normalization, ("sum", "token", "word"))
+        _check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        if self.kind in ("checkpoint", "bc") and not self.path:
+            raise ValueError(f"agent.kind={self.kind} needs agent.path (the trained folder)")
+        if self.protocol == "generation" and self.kind not in ("zero_shot", "bc"):
+            raise ValueError(
+                f"agent.protocol=generation needs agent.kind zero_shot or bc, not {self.kind}"
+            )
+        if self.batch_size < 0 or self.max_new_tokens < 1:
+            raise ValueError("agent.batch_size must be >= 0 and agent.max_new_tokens >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """What is played: level, suites, episodes and seeds, and where the results go."""
+
+    level: str = "BabyAI-MixedTrainLocal-v0"
+    """Level of every suite that does not bring its own (any BabyAI id)."""
+    suites: list[str] = field(default_factory=lambda: ["no_change"])
+    """Suites to run, by name (see `glam.eval.suites.SUITES`)."""
+    episodes: int = 1000
+    """Episodes per suite, counted exactly (seeds `seed_base` to `seed_base + episodes - 1`)."""
+    num_envs: int = 32
+    """Environments stepped together (one batched model call per step)."""
+    seed: int = 0
+    """Evaluation seed; episodes use seeds from `10**9 + seed * 10**6` on (never training's)."""
+    nbr_obs: int = 3
+    """Observations kept in the prompt (with the actions between them), as in training."""
+    greedy: bool = False
+    """Take the most likely action instead of sampling from the policy."""
+    max_steps: int | None = None
+    """Episode step limit; None keeps BabyAI's (64 or 128 by task)."""
+    output_dir: str = "runs/eval"
+    """Folder for results.json/.csv/.md, the bar chart and episodes.jsonl."""
+    label: str = ""
+    """Name of this agent in tables; empty: derived from the agent (kind and path/model)."""
+    progress_bar: bool = True
+    """Show a rich progress bar."""
+    torch_threads: int = 0
+    """torch.set_num_threads; 0 keeps torch's default."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.episodes <= SEEDS_PER_RUN:
+            raise ValueError(f"eval.episodes must be in [1, {SEEDS_PER_RUN}], got {self.episodes}")
+        if self.num_envs < 1 or self.nbr_obs < 1 or self.torch_threads < 0:
+            raise ValueError("eval.num_envs and eval.nbr_obs must be >= 1, torch_threads >= 0")
+        if self.seed < 0:
+            raise ValueError(f"eval.seed must be >= 0, got {self.seed}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"eval.max_steps must be >= 1, got {self.max_steps}")
+        if not self.output_dir:
+            raise ValueError("eval.output_dir is empty")
+
+    @property
+    def seed_base(self) -> int:
+        """Seed of the first episode of each suite."""
+        return SEED_BASE + self.seed * SEEDS_PER_RUN
+
+
+@dataclass
+class PostTrainingTestsConfig:
+    """Root of `scripts/post_training_tests.py` and `scripts/zero_shot_generation.py`."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass
+class ResultsTableConfig:
+    """Root of `scripts/test_results.py`: which results to aggregate and where to write."""
+
+    inputs: list[str] = field(default_factory=list)
+    """results.json files, folders searched recursively for them, or glob patterns."""
+    output_dir: str = "runs/eval/summary"
+    """Folder for summary.md, summary.csv and summary.png."""
+    baseline: str = "no_change"
+    """Suite the changes are measured against (in %)."""
+    title: str = "Post-training tests"
+    """Title of the chart."""
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ValueError(
+                "inputs is empty: give results.json files or folders, e.g. "
+                "'inputs=[runs/a/eval,runs/b/eval]'"
+            )
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra; the YAML presets name them in their defaults list."""
+    store = ConfigStore.instance()
+    store.store(name="post_training_tests_schema", node=PostTrainingTestsConfig)
+    store.store(name="test_results_schema", node=ResultsTableConfig)

@@ -1,0 +1,108 @@
+"""Run the post-training tests: build the agent, play every suite, summarise, write reports."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+import babyai_text
+from glam.eval.agents import Agent
+from glam.eval.builders import agent_label, build_agent
+from glam.eval.config import PostTrainingTestsConfig
+from glam.eval.episodes import SuiteRun, run_suite
+from glam.eval.report import suite_record, write_results
+from glam.eval.suites import get_suites
+
+__all__ = ["evaluate", "run_tests"]
+
+
+def run_tests(
+    agent: Agent,
+    cfg: PostTrainingTestsConfig,
+    on_episode_end: Callable[[str], None] | None = None,
+) -> dict[str, SuiteRun]:
+    """Play `cfg.eval.episodes` episodes of every suite of `cfg.eval.suites` with `agent`.
+
+    Every suite plays the same seeds, so its change against `no_change` is a paired comparison.
+    """
+    runs = {}
+    for suite in get_suites(cfg.eval.suites):
+        runs[suite.name] = run_suite(
+            agent,
+            suite,
+            level=cfg.eval.level,
+            episodes=cfg.eval.episodes,
+            num_envs=cfg.eval.num_envs,
+            seed_base=cfg.eval.seed_base,
+            nbr_obs=cfg.eval.nbr_obs,
+            max_steps=cfg.eval.max_steps,
+            on_episode_end=(lambda _, name=suite.name: on_episode_end(name))
+            if on_episode_end
+            else None,
+        )
+    return runs
+
+
+def _check_levels(cfg: PostTrainingTestsConfig) -> None:
+    """Fail before loading any model when a level id is unknown."""
+    levels = {suite.level or cfg.eval.level for suite in get_suites(cfg.eval.suites)}
+    known = set(babyai_text.env.known_level_ids())
+    unknown = sorted(levels - known)
+    if unknown:
+        raise ValueError(
+            f"unknown level id(s) {unknown}; GLAM levels: {', '.join(babyai_text.LEVELS)}; "
+            "or any BabyAI id of minigrid (BabyAI-GoToLocal-v0...)"
+        )
+
+
+def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Build the agent, play the suites, write results.*; return the results and their paths."""
+    get_suites(cfg.eval.suites)  # unknown suite names fail here, before anything is loaded
+    _check_levels(cfg)
+    if cfg.eval.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.eval.torch_threads)
+    start = time.perf_counter()
+    agent = build_agent(cfg.agent, greedy=cfg.eval.greedy)
+    label = cfg.eval.label or agent_label(cfg.agent)
+
+    total = cfg.eval.episodes * len(cfg.eval.suites)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        disable=not cfg.eval.progress_bar,
+    )
+    with progress:
+        task = progress.add_task(f"{label}", total=total)
+
+        def advance(suite_name: str) -> None:
+            progress.update(task, advance=1, description=f"{label}: {suite_name}")
+
+        runs = run_tests(agent, cfg, on_episode_end=advance)
+
+    results = {
+        "label": label,
+        "protocol": cfg.agent.protocol if cfg.agent.kind in ("zero_shot", "bc") else cfg.agent.kind,
+        "seed_base": cfg.eval.seed_base,
+        "agent": asdict(cfg.agent),
+        "eval": asdict(cfg.eval),
+        "elapsed_seconds": round(time.perf_counter() - start, 1),
+        "suites": {name: suite_record(run) for name, run in runs.items()},
+    }
+    output_dir = Path(cfg.eval.output_dir)
+    paths = write_results(output_dir, results)
+    paths["episodes"] = output_dir / "episodes.jsonl"
+    with paths["episodes"].open("w") as handle:
+        for name, run in runs.items():
+            for episode in run.episodes:
+                handle.write(json.dumps({"suite": name, **asdict(episode)}) + "\n")
+    return results, paths

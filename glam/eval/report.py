@@ -1,0 +1,294 @@
+"""Write evaluation results (JSON, CSV, markdown, bar chart) and aggregate several of them.
+
+One evaluation writes `results.json`: its config, and per suite the summary of its episodes
+(`success_rate`, 95% Wilson `ci_low`/`ci_high`, `mean_return`, `mean_length`, `episodes`...),
+overall and per task type. `aggregate` reads many of them (runs x seeds) into the paper's table:
+per suite the mean success over seeds, its spread, and the change against the `no_change` suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glam.eval.episodes import SuiteRun
+from glam.eval.stats import summarize
+
+__all__ = [
+    "AggregateRow",
+    "aggregate",
+    "find_results",
+    "suite_record",
+    "write_aggregate",
+    "write_results",
+]
+
+RESULTS_FILE = "results.json"
+TASK_FAMILIES = {"goto_after_pickup": "pickup_then_goto"}
+"""Task types reported together: "go to Y after you pick up X" is "pick up X, then go to Y" in
+its other phrasing, so MixedTrainLocal reports the paper's (and BALROG's) five task types."""
+_SUMMARY_FIELDS = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes")
+
+
+def suite_record(run: SuiteRun) -> dict[str, Any]:
+    """The JSON record of one suite: overall figures, then per task type."""
+    by_task: dict[str, list] = defaultdict(list)
+    for result in run.episodes:
+        task = result.task_type or "unknown"
+        by_task[TASK_FAMILIES.get(task, task)].append(result)
+    return {
+        **summarize(run.episodes).to_dict(),
+        "level": run.level,
+        "description": run.suite.description,
+        "rewritten_prompt_fraction": run.prompts_rewritten / max(run.prompts_seen, 1),
+        "example_prompt": run.example_prompt,
+        "per_task_type": {
+            task: summarize(results).to_dict() for task, results in sorted(by_task.items())
+        },
+    }
+
+
+def _fmt_rate(record: Mapping[str, Any]) -> str:
+    return f"{record['success_rate']:.3f} [{record['ci_low']:.3f}, {record['ci_high']:.3f}]"
+
+
+def _results_markdown(results: Mapping[str, Any]) -> str:
+    lines = [
+        f"# Evaluation: {results['label']}",
+        "",
+        f"Seeds {results['seed_base']} + (0 .. episodes-1); "
+        f"{'greedy' if results['eval']['greedy'] else 'sampled'} actions; success with its "
+        "95% Wilson interval.",
+        "",
+        "| suite | level | success [95% CI] | mean return | mean length | episodes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, record in results["suites"].items():
+        lines.append(
+            f"| {name} | {record['level']} | {_fmt_rate(record)} | {record['mean_return']:.3f} "
+            f"| {record['mean_length']:.1f} | {record['episodes']} |"
+        )
+    lines += ["", "## Per task type", ""]
+    lines += ["| suite | task type | success [95% CI] | mean length | episodes |"]
+    lines.append("|---|---|---|---|---|")
+    for name, record in results["suites"].items():
+        for task, task_record in record["per_task_type"].items():
+            lines.append(
+                f"| {name} | {task} | {_fmt_rate(task_record)} "
+                f"| {task_record['mean_length']:.1f} | {task_record['episodes']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _results_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name, record in results["suites"].items():
+        groups = {"all": record, **record["per_task_type"]}
+        for task, summary in groups.items():
+            row = {"label": results["label"], "suite": name, "level": record["level"]}
+            row["task_type"] = task
+            row.update({key: summary[key] for key in (*_SUMMARY_FIELDS, "invalid_action_rate")})
+            rows.append(row)
+    return rows
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _bar_chart(
+    path: Path,
+    title: str,
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[tuple[float, float, float]]],
+    ylabel: str,
+) -> None:
+    """Grouped bars: `series[label][i]` = (value, error below, error above) of `groups[i]`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series))), 4.5))
+    for k, (label, values) in enumerate(series.items()):
+        xs = [i - 0.4 + width * (k + 0.5) for i in range(len(groups))]
+        heights = [v[0] for v in values]
+        errors = [[v[1] for v in values], [v[2] for v in values]]
+        ax.bar(xs, heights, width, yerr=errors, capsize=3, label=label)
+    ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(output_dir: Path, results: Mapping[str, Any]) -> dict[str, Path]:
+    """Write results.json, results.csv, results.md and results.png; return their paths."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {ext: output_dir / f"results.{ext}" for ext in ("json", "csv", "md", "png")}
+    paths["json"].write_text(json.dumps(results, indent=2) + "\n")
+    _write_csv(paths["csv"], _results_rows(results))
+    paths["md"].write_text(_results_markdown(results))
+    suites = results["suites"]
+    _bar_chart(
+        paths["png"],
+        f"{results['label']}: success rate (95% CI)",
+        list(suites),
+        {
+            results["label"]: [
+                (
+                    r["success_rate"],
+                    r["success_rate"] - r["ci_low"],
+                    r["ci_high"] - r["success_rate"],
+                )
+                for r in suites.values()
+            ]
+        },
+        "success rate",
+    )
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation over runs and seeds
+# ---------------------------------------------------------------------------------------------
+
+
+def find_results(inputs: Iterable[str]) -> list[Path]:
+    """results.json files named by `inputs`: files, folders (searched recursively) or globs.
+
+    Raises:
+        FileNotFoundError: when an input matches nothing.
+    """
+    found: list[Path] = []
+    for item in inputs:
+        path = Path(item).expanduser()
+        if path.is_file():
+            matches = [path]
+        elif path.is_dir():
+            matches = sorted(path.rglob(RESULTS_FILE))
+        else:
+            anchor = Path(path.anchor) if path.is_absolute() else Path(".")
+            pattern = str(path.relative_to(anchor)) if path.is_absolute() else str(path)
+            matches = sorted(
+                p if p.is_file() else p / RESULTS_FILE
+                for p in anchor.glob(pattern)
+                if p.is_file() or (p / RESULTS_FILE).is_file()
+            )
+        if not matches:
+            raise FileNotFoundError(f"no {RESULTS_FILE} found at {item!r}")
+        found.extend(m for m in matches if m not in found)
+    return found
+
+
+@dataclass(frozen=True)
+class AggregateRow:
+    """One (agent label, suite) cell of the paper-style table."""
+
+    label: str
+    suite: str
+    runs: int
+    """results.json files (seeds) averaged."""
+    mean: float
+    """Mean success rate over the runs."""
+    std: float
+    """Standard deviation of the success rate over the runs (0 for a single run)."""
+    change_pct: float | None
+    """100 * (mean - baseline mean) / baseline mean; None without a baseline (or at 0)."""
+    episodes: int
+    """Episodes over all runs."""
+
+
+def aggregate(
+    results: Sequence[Mapping[str, Any]], baseline: str = "no_change"
+) -> list[AggregateRow]:
+    """Per label and suite, mean and spread of success over runs, and change vs `baseline`."""
+    rates: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    episodes: dict[tuple[str, str], int] = defaultdict(int)
+    # Runs on different levels (training vs held-out pairs) are never averaged together.
+    several_levels = len({result["eval"]["level"] for result in results}) > 1
+    for result in results:
+        label = result["label"]
+        if several_levels:
+            label += f" ({result['eval']['level'].removeprefix('BabyAI-')})"
+        for suite, record in result["suites"].items():
+            rates[label][suite].append(record["success_rate"])
+            episodes[label, suite] += record["episodes"]
+    rows = []
+    for label, suites in rates.items():
+        base = suites.get(baseline)
+        base_mean = sum(base) / len(base) if base else None
+        for suite, values in suites.items():
+            mean = sum(values) / len(values)
+            var = (
+                sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+            )
+            change = 100 * (mean - base_mean) / base_mean if base_mean else None
+            rows.append(
+                AggregateRow(
+                    label, suite, len(values), mean, math.sqrt(var), change, episodes[label, suite]
+                )
+            )
+    return rows
+
+
+def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
+    labels = list(dict.fromkeys(row.label for row in rows))
+    suites = list(dict.fromkeys(row.suite for row in rows))
+    cell = {(row.label, row.suite): row for row in rows}
+    lines = [
+        f"Success rate, mean ± standard deviation over runs (n = runs), and the change against "
+        f"`{baseline}`.",
+        "",
+        "| suite | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for suite in suites:
+        cells = []
+        for label in labels:
+            row = cell.get((label, suite))
+            if row is None:
+                cells.append("–")
+                continue
+            text = f"{row.mean:.3f} ± {row.std:.3f} (n={row.runs})"
+            if row.change_pct is not None and suite != baseline:
+                text += f" {row.change_pct:+.0f}%"
+            cells.append(text)
+        lines.append(f"| {suite} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_aggregate(
+    output_dir: Path, rows: Sequence[AggregateRow], *, baseline: str, title: str
+) -> dict[str, Path]:
+    """Write summary.md, summary.csv and summary.png; return their paths."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {ext: output_dir / f"summary.{ext}" for ext in ("md", "csv", "png")}
+    paths["md"].write_text(f"# {title}\n\n" + _aggregate_markdown(rows, baseline))
+    _write_csv(paths["csv"], [row.__dict__ for row in rows])
+    suites = list(dict.fromkeys(row.suite for row in rows))
+    cell = {(row.label, row.suite): row for row in rows}
+    series = {}
+    for label in dict.fromkeys(row.label for row in rows):
+        values = []
+        for suite in suites:
+            row = cell.get((label, suite))
+            values.append((row.mean, row.std, row.std) if row else (math.nan, 0.0, 0.0))
+        series[label] = values
+    _bar_chart(paths["png"], f"{title} (mean ± std over runs)", suites, series, "success rate")
+    return paths

@@ -1,0 +1,87 @@
+"""Summary statistics of evaluation episodes: success rate with a Wilson interval, means."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+__all__ = ["EpisodeResult", "SuiteSummary", "summarize", "wilson_interval"]
+
+Z_95 = 1.959963984540054
+"""Two-sided 95% quantile of the standard normal."""
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% by default).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n successes,
+    which matters for the bot (all successes) and for a broken suite (none).
+    """
+    if trials <= 0:
+        raise ValueError(f"trials must be positive, got {trials}")
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be in [0, {trials}], got {successes}")
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half_width = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    # At 0 or n successes the bound is exactly 0 or 1; floating point would give 1e-17 off.
+    low = 0.0 if successes == 0 else max(0.0, centre - half_width)
+    high = 1.0 if successes == trials else min(1.0, centre + half_width)
+    return low, high
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What one evaluation episode ended with."""
+
+    seed: int
+    """Seed the env was reset with."""
+    mission: str
+    """Mission as the env stated it (before any prompt rewrite)."""
+    task_type: str | None
+    """Task type of the episode (`goto`, `pickup`...), None when unknown."""
+    success: bool
+    """Whether the mission was completed."""
+    episode_return: float
+    """Sum of BabyAI rewards (`1 - 0.9 * t / max_steps` on success, else 0)."""
+    length: int
+    """Number of steps taken."""
+    invalid_actions: int = 0
+    """Answers that were not an action and were replaced (generation protocol only)."""
+
+
+@dataclass(frozen=True)
+class SuiteSummary:
+    """The figures reported for one suite (or one task type within a suite)."""
+
+    success_rate: float
+    ci_low: float
+    ci_high: float
+    mean_return: float
+    mean_length: float
+    episodes: int
+    invalid_action_rate: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def summarize(results: Sequence[EpisodeResult]) -> SuiteSummary:
+    """Success rate with its 95% Wilson interval, mean return and length of `results`."""
+    if not results:
+        raise ValueError("no episode to summarize")
+    n = len(results)
+    successes = sum(result.success for result in results)
+    ci_low, ci_high = wilson_interval(successes, n)
+    steps = sum(result.length for result in results)
+    return SuiteSummary(
+        success_rate=successes / n,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        mean_return=sum(result.episode_return for result in results) / n,
+        mean_length=steps / n,
+        episodes=n,
+        invalid_action_rate=sum(r.invalid_actions for r in results) / max(steps, 1),
+    )

@@ -1,0 +1,70 @@
+"""What of the language model is trained: a LoRA adapter (through peft) or every weight.
+
+TWOSOME's recipe, which the defaults follow: freeze the base model and train LoRA (r=8, alpha=16)
+on the attention's query and value projections. Those modules have different names per family,
+hence the table; families not in it fall back to peft's own table.
+"""
+
+from __future__ import annotations
+
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+from torch import nn
+from transformers import PreTrainedModel
+
+from glam.config import AdapterConfig
+from glam.scoring import model_kind
+
+LORA_TARGETS: dict[str, list[str]] = {
+    # Llama family (SmolLM2, Llama 2/3, Mistral, Qwen, Gemma...): separate q/k/v projections.
+    "llama": ["q_proj", "v_proj"],
+    "mistral": ["q_proj", "v_proj"],
+    "qwen2": ["q_proj", "v_proj"],
+    "qwen3": ["q_proj", "v_proj"],
+    "gemma": ["q_proj", "v_proj"],
+    "gemma2": ["q_proj", "v_proj"],
+    "phi": ["q_proj", "v_proj"],
+    "phi3": ["qkv_proj"],
+    "opt": ["q_proj", "v_proj"],
+    # T5 family (Flan-T5, the paper's model): attention projections are named q, k, v, o.
+    "t5": ["q", "v"],
+    "mt5": ["q", "v"],
+    "umt5": ["q", "v"],
+    # GPT-2 family: one fused query/key/value projection.
+    "gpt2": ["c_attn"],
+    "gpt_neox": ["query_key_value"],
+}
+
+
+def default_lora_targets(model: PreTrainedModel) -> list[str]:
+    """The modules LoRA adapts by default for this model's architecture."""
+    model_type = model.config.model_type
+    targets = LORA_TARGETS.get(
+        model_type
+    ) or TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    if not targets:
+        raise ValueError(
+            f"no default LoRA target modules for model type {model_type!r}; set "
+            "model.lora.target_modules to the names of its attention projections"
+        )
+    return list(targets)
+
+
+def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
+    """Freeze `model` and wrap it with a trainable LoRA adapter described by `adapter`."""
+    task_type = (
+        TaskType.SEQ_2_SEQ_LM if model_kind(model) == "encoder_decoder" else TaskType.CAUSAL_LM
+    )
+    config = LoraConfig(
+        r=adapter.r,
+        lora_alpha=adapter.alpha,
+        lora_dropout=adapter.dropout,
+        target_modules=adapter.target_modules or default_lora_targets(model),
+        task_type=task_type,
+    )
+    return get_peft_model(model, config)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute activations in backward. Non-reentrant, so it works with a frozen base model."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

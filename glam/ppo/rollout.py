@@ -1,0 +1,162 @@
+"""The local environments, each with its prompt history: prompts in, actions out.
+
+`EnvRunner` turns `babyai_text.TextVectorEnv` into what a text policy needs at each step (one
+prompt and one candidate list per env), applies the chosen actions, keeps the histories in step
+with same-step auto-reset, and reports the episodes that ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from babyai_text import ActionSpace, TextVectorEnv
+from glam.config import EnvConfig, PolicyConfig
+
+SEEDS_PER_RANK = 1_000_000
+"""Episode seeds reserved for each process: rank r of run seed s plays seeds from
+`s * 10**8 + r * 10**6` up (env i's n-th episode: `+ i + n * local_num_envs`)."""
+
+
+def resolve_action_space(name: str) -> ActionSpace:
+    """The action space called `name` in `babyai_text`, plus `nav` (turn left, turn right, go
+    forward: the navigation subset, enough for GoTo levels without doors) until babyai_text
+    defines it itself."""
+    from babyai_text import ACTION_SPACES, get_action_space
+
+    if name == "nav" and name not in ACTION_SPACES:
+        default = ACTION_SPACES["default"]
+        return ActionSpace("nav", default.words[:3], default.minigrid_actions[:3])
+    return get_action_space(name)
+
+
+def env_seed(run_seed: int, rank: int) -> int:
+    """Base episode seed of the environments of process `rank` in a run seeded `run_seed`."""
+    return run_seed * 100 * SEEDS_PER_RANK + rank * SEEDS_PER_RANK
+
+
+@dataclass
+class EpisodeStats:
+    """Sums over the episodes that ended during a rollout (summable over processes)."""
+
+    count: int = 0
+    successes: int = 0
+    returns: float = 0.0
+    lengths: int = 0
+
+    def add(self, episode: dict[str, Any]) -> None:
+        """Count one ended episode (`infos[i]["episode"]` of `TextVectorEnv`)."""
+        self.count += 1
+        self.successes += int(bool(episode["success"]))
+        self.returns += float(episode["return"])
+        self.lengths += int(episode["length"])
+
+    def as_tensor(self) -> torch.Tensor:
+        """`[count, successes, returns, lengths]`, for a sum over processes."""
+        return torch.tensor(
+            [self.count, self.successes, self.returns, self.lengths], dtype=torch.float64
+        )
+
+
+class EnvRunner:
+    """`num_envs` BabyAI-Text environments and their prompt histories."""
+
+    def __init__(
+        self,
+        env_cfg: EnvConfig,
+        policy_cfg: PolicyConfig,
+        *,
+        num_envs: int,
+        seed: int,
+        tokenizer: Any = None,
+    ) -> None:
+        """
+        Args:
+            env_cfg: level, history length, action space, language.
+            policy_cfg: the prompt format (`glam` or `chat`).
+            num_envs: environments stepped by this process.
+            seed: base of the episode seed schedule (see `env_seed`).
+            tokenizer: the model's tokenizer, for the `chat` prompt format.
+        """
+        from glam.policy.prompts import PromptHistory
+
+        self.envs = TextVectorEnv(
+            env_cfg.name,
+            num_envs,
+            seed=seed,
+            action_space=resolve_action_space(env_cfg.action_space),
+            language=env_cfg.language,
+        )
+        self.num_envs = num_envs
+        self.language = env_cfg.language
+        self.action_words: list[str] = list(self.envs.action_words)
+        self.histories = [PromptHistory(env_cfg.nbr_obs) for _ in range(num_envs)]
+        self._prompt_format = policy_cfg.prompt_format
+        self._tokenizer = tokenizer
+        self.missions: list[str] = [""] * num_envs
+
+    def reset(self) -> None:
+        """Start a new episode in every env (at the next seeds of the schedule)."""
+        observations, infos = self.envs.reset()
+        for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
+            self._start_history(i, obs, info)
+
+    def _start_history(self, i: int, obs: dict[str, Any], info: dict[str, Any]) -> None:
+        self.histories[i].reset()
+        self.histories[i].add_observation(info["descriptions"])
+        self.missions[i] = obs["mission"]
+
+    def prompts(self) -> list[str]:
+        """The current prompt of every env."""
+        return [
+            history.prompt(
+                mission,
+                self.action_words,
+                self.language,
+                prompt_format=self._prompt_format,
+                tokenizer=self._tokenizer,
+            )
+            for history, mission in zip(self.histories, self.missions, strict=True)
+        ]
+
+    def candidates(self) -> list[list[str]]:
+        """The action strings each env's policy chooses among."""
+        return [self.action_words] * self.num_envs
+
+    def step(
+        self, actions: list[int]
+    ) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any] | None]]:
+        """Apply one action per env.
+
+        Returns:
+            `(rewards, dones, episodes)`: BabyAI rewards and episode-ended flags `(envs,)`, and
+            per env the stats of the episode that just ended (None if it goes on). Ended envs
+            have already started their next episode, with a fresh history.
+        """
+        observations, rewards, terminated, truncated, infos = self.envs.step(actions)
+        dones = terminated | truncated
+        episodes: list[dict[str, Any] | None] = []
+        for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
+            if dones[i]:
+                episodes.append(info["episode"])
+                self._start_history(i, obs, info)
+            else:
+                episodes.append(None)
+                self.histories[i].add_action(self.action_words[actions[i]])
+                self.histories[i].add_observation(info["descriptions"])
+        return rewards, dones, episodes
+
+    def state_dict(self) -> dict[str, Any]:
+        """The seed schedule, to resume with the next episodes."""
+        return self.envs.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the seed schedule; call `reset()` next."""
+        self.envs.load_state_dict(state)
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.envs.close()

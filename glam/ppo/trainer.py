@@ -1,0 +1,626 @@
+"""Online PPO fine-tuning of a language-model actor-critic in BabyAI-Text.
+
+`train` reads top to bottom like CleanRL's `ppo.py`: build everything, then per update collect a
+rollout, compute advantages, run the PPO epochs, log, checkpoint. Distribution goes through the
+`Accelerator` only: each process steps `env.num_envs / world_size` environments, gradients are
+averaged by DDP (or DeepSpeed), metrics are reduced over processes.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, set_seed
+from omegaconf import OmegaConf
+
+from glam.config import PPOConfig, TrainingRunConfig
+from glam.ppo.buffer import RolloutBuffer, Transitions
+from glam.ppo.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_training_state,
+    save_checkpoint,
+)
+from glam.ppo.gae import compute_gae
+from glam.ppo.logger import MetricsLogger, ProgressBar
+from glam.ppo.losses import explained_variance, normalize_advantages, ppo_loss
+from glam.ppo.rollout import EnvRunner, EpisodeStats, env_seed, resolve_action_space
+
+
+class SetupError(RuntimeError):
+    """The run cannot start as configured (bad env, model, layout or output folder)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The PPO loss or gradient became NaN or infinite; nothing of that update was saved."""
+
+
+@dataclass
+class TrainResult:
+    """How a call to `train` ended."""
+
+    state: TrainerState
+    """Counters at the end."""
+    checkpoint: Path | None
+    """The newest complete checkpoint."""
+    stopped_by: str | None = None
+    """Name of the signal that stopped the run early (SIGTERM, SIGUSR1), or None."""
+
+
+@dataclass
+class Rollout:
+    """What a rollout hands to the update besides the buffer."""
+
+    last_values: torch.Tensor
+    """`(envs,)` value of the state after the last step, to bootstrap GAE."""
+    episodes: EpisodeStats = field(default_factory=EpisodeStats)
+    """Episodes that ended during the rollout (this process)."""
+    seconds: float = 0.0
+    """Wall time of the rollout."""
+
+
+class StopSignal:
+    """Remembers SIGTERM / SIGUSR1 (cluster preemption) so the loop can save and exit cleanly."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = signal.Signals(signum).name
+
+    def requested(self, accelerator: Accelerator) -> bool:
+        """True on every process as soon as any process received a stop signal."""
+        flag = torch.tensor([float(self.received is not None)], device=accelerator.device)
+        if accelerator.num_processes > 1:
+            flag = accelerator.reduce(flag, reduction="sum")
+        return bool(flag.item() > 0)
+
+    def restore(self) -> None:
+        """Put back the handlers that were there before."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> TrainResult:
+    """Run (or resume) PPO until `train.total_frames`, a stop signal, or divergence.
+
+    Raises:
+        SetupError: the run cannot start (message says why).
+        TrainingDiverged: a non-finite loss; the last good checkpoint is left untouched.
+    """
+    t = build_training(cfg, accelerator, run_dir)
+    stop = StopSignal()
+    checkpoint, stopped_by = t.resumed_from, None
+    start_time = time.perf_counter() - t.state.elapsed_seconds
+    try:
+        t.runner.reset()
+        while t.state.update < cfg.num_updates:
+            # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
+            rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop)
+            if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
+                stopped_by = stop.received or "a stop signal on another process"
+                break
+            # 2. Advantages.
+            advantages, returns = compute_gae(
+                t.buffer.rewards,
+                t.buffer.values,
+                t.buffer.dones,
+                rollout.last_values,
+                gamma=cfg.ppo.gamma,
+                gae_lambda=cfg.ppo.gae_lambda,
+            )
+            batch = t.buffer.transitions(advantages, returns)
+            # 3. PPO epochs over minibatches.
+            update_start = time.perf_counter()
+            stats = ppo_update(t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute)
+            t.scheduler.step()
+            update_seconds = time.perf_counter() - update_start
+            # 4. Counters and logs.
+            episodes = accelerator.reduce(rollout.episodes.as_tensor().to(accelerator.device))
+            t.state.update += 1
+            t.state.frames += cfg.frames_per_update
+            t.state.episodes += int(episodes[0].item())
+            t.state.elapsed_seconds = time.perf_counter() - start_time
+            metrics = {
+                **stats,
+                **episode_metrics(episodes),
+                "losses/explained_variance": _gathered_explained_variance(accelerator, batch),
+                "charts/learning_rate": t.scheduler.get_last_lr()[0],
+                "charts/rollout_fps": cfg.frames_per_update / rollout.seconds,
+                "charts/update_fps": cfg.frames_per_update / update_seconds,
+                "charts/fps": cfg.frames_per_update / (rollout.seconds + update_seconds),
+            }
+            t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
+            t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
+            t.progress.print(_summary_line(t.state, cfg.num_updates, metrics))
+            # 5. Checkpoint.
+            every = cfg.train.save_every
+            if (every and t.state.update % every == 0) or t.state.update == cfg.num_updates:
+                checkpoint = t.save()
+            if stop.requested(accelerator):
+                stopped_by = stop.received or "a stop signal on another process"
+                break
+        if stopped_by is not None or checkpoint is None:
+            checkpoint = t.save()
+    finally:
+        stop.restore()
+        t.close()
+    return TrainResult(state=t.state, checkpoint=checkpoint, stopped_by=stopped_by)
+
+
+@torch.no_grad()
+def collect_rollout(
+    model: torch.nn.Module,
+    runner: EnvRunner,
+    buffer: RolloutBuffer,
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    stop: StopSignal,
+) -> Rollout | None:
+    """Fill `buffer` with `ppo.frames_per_env` steps of every local env; None if asked to stop."""
+    start = time.perf_counter()
+    model.eval()
+    buffer.reset()
+    episodes = EpisodeStats()
+    for _ in range(buffer.num_steps):
+        prompts, candidates = runner.prompts(), runner.candidates()
+        output = model(prompts, candidates)
+        actions = output.dist.sample()
+        rewards, dones, ended = runner.step(actions.tolist())
+        buffer.add(
+            prompts,
+            candidates,
+            actions,
+            output.dist.log_prob(actions),
+            output.values,
+            torch.as_tensor(rewards) * cfg.env.reward_scale,
+            torch.as_tensor(dones),
+        )
+        for episode in ended:
+            if episode is not None:
+                episodes.add(episode)
+        if stop.requested(accelerator):
+            return None
+    last_values = model(runner.prompts(), runner.candidates()).values.float().cpu()
+    return Rollout(last_values, episodes, time.perf_counter() - start)
+
+
+def ppo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Transitions,
+    ppo: PPOConfig,
+    accelerator: Accelerator,
+    recompute: bool,
+) -> dict[str, float]:
+    """Run `ppo.epochs` epochs of minibatch gradient steps on `batch` (this process's part).
+
+    Each process takes `minibatch_size / world_size` transitions per step, in chunks of
+    `micro_batch_size` with gradient accumulation; gradients are averaged over processes.
+
+    Returns metrics averaged over minibatches and processes, plus `debug/first_ratio_deviation`:
+    `max |ratio - 1|` on the first minibatch, before any step (0 unless log-probs drift between
+    the rollout's forward and the update's).
+
+    Raises:
+        TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
+    """
+    device = accelerator.device
+    local_minibatch = ppo.minibatch_size // accelerator.num_processes
+    micro = min(ppo.micro_batch_size or local_minibatch, local_minibatch)
+    model.train()
+    if ppo.normalize_advantages:
+        mean, std = _global_mean_std(accelerator, batch.advantages)
+        batch.advantages = normalize_advantages(batch.advantages, mean, std)
+    orders = [torch.randperm(len(batch)) for _ in range(ppo.epochs)]
+    if recompute:
+        _recompute_old_logprobs(model, batch, orders[0], local_minibatch, micro)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    sums: dict[str, float] = defaultdict(float)
+    count, first_deviation, epochs_run = 0, None, 0
+    for epoch in range(ppo.epochs):
+        epoch_kl = []
+        for minibatch in orders[epoch].split(local_minibatch):
+            minibatch_bad = False
+            for chunk in minibatch.split(micro):
+                mb = batch.select(chunk)
+                with accelerator.accumulate(model):
+                    output = model(mb.prompts, mb.candidates)
+                    actions = mb.actions.to(device)
+                    loss, stats = ppo_loss(
+                        output.dist.log_prob(actions).float(),
+                        mb.logprobs.to(device),
+                        mb.advantages.to(device),
+                        output.values.float(),
+                        mb.values.to(device),
+                        mb.returns.to(device),
+                        output.dist.entropy().float(),
+                        clip_eps=ppo.clip_eps,
+                        value_clip_eps=ppo.value_clip_eps,
+                        value_coef=ppo.value_coef,
+                        entropy_coef=ppo.entropy_coef,
+                    )
+                    minibatch_bad |= not torch.isfinite(loss).item()
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients:
+                        grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
+                        if grad_norm is not None:
+                            minibatch_bad |= not math.isfinite(float(grad_norm))
+                            sums["losses/grad_norm"] += float(grad_norm) * len(minibatch)
+                        _raise_if_diverged(accelerator, minibatch_bad)
+                    optimizer.step()  # a no-op until the last chunk of the minibatch
+                    optimizer.zero_grad()
+                if first_deviation is None:
+                    first_deviation = stats["ratio_max_deviation"].item()
+                for key in ("policy", "value", "entropy", "approx_kl", "clip_fraction"):
+                    sums[f"losses/{key}"] += stats[key].item() * len(chunk)
+                count += len(chunk)
+                epoch_kl.append(stats["approx_kl"].item())
+        epochs_run += 1
+        if ppo.target_kl is not None:
+            kl = accelerator.reduce(torch.tensor(epoch_kl, device=device).mean(), "mean")
+            if kl.item() > ppo.target_kl:
+                break
+
+    metrics = {key: value / count for key, value in sums.items()}
+    metrics["losses/grad_norm"] = sums["losses/grad_norm"] / max(count, 1)
+    reduced = accelerator.reduce(
+        torch.tensor(list(metrics.values()), device=device, dtype=torch.float64), "mean"
+    )
+    metrics = dict(zip(metrics, reduced.tolist(), strict=True))
+    deviation = torch.tensor([first_deviation], device=device, dtype=torch.float64)
+    metrics["debug/first_ratio_deviation"] = _reduce_max(accelerator, deviation)
+    metrics["charts/epochs"] = float(epochs_run)
+    return metrics
+
+
+@torch.no_grad()
+def _recompute_old_logprobs(
+    model: torch.nn.Module, batch: Transitions, order: torch.Tensor, minibatch: int, micro: int
+) -> None:
+    """Replace the rollout's log-probs and values by those of the update's forward pass.
+
+    Chunks follow the first epoch's, so each first-epoch forward sees exactly the inputs (same
+    batch composition and padding) it is compared with: in bf16 the ratio is then exactly 1
+    before the first step, where batching differences alone would otherwise move it.
+    """
+    for mb_index in order.split(minibatch):
+        for chunk in mb_index.split(micro):
+            mb = batch.select(chunk)
+            output = model(mb.prompts, mb.candidates)
+            actions = mb.actions.to(output.values.device)
+            batch.logprobs[chunk] = output.dist.log_prob(actions).float().cpu()
+            batch.values[chunk] = output.values.float().cpu()
+
+
+# --------------------------------------------------------------------------------------------
+# Setup
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Training:
+    """Everything the loop works with, built by `build_training`."""
+
+    cfg: TrainingRunConfig
+    accelerator: Accelerator
+    run_dir: Path
+    config_yaml: str
+    runner: EnvRunner
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    buffer: RolloutBuffer
+    state: TrainerState
+    logger: MetricsLogger
+    progress: ProgressBar
+    recompute: bool
+    """Recompute old log-probs in the update (reduced precision makes them drift)."""
+    resumed_from: Path | None
+
+    def save(self) -> Path:
+        """Write a checkpoint of the current update (every process calls it)."""
+        return save_checkpoint(
+            self.accelerator,
+            self.run_dir,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            env_state=self.runner.state_dict(),
+            state=self.state,
+            config_yaml=self.config_yaml,
+            keep=self.cfg.train.keep_checkpoints,
+        )
+
+    def close(self) -> None:
+        """Close the logs, the progress bar and the environments."""
+        self.progress.close()
+        self.logger.close()
+        self.runner.close()
+
+
+def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Training:
+    """Check the layout, build envs, policy, optimizer and logs; restore a checkpoint if asked."""
+    world, rank = accelerator.num_processes, accelerator.process_index
+    _check_layout(cfg, world)
+    _check_output_dir(cfg, run_dir)
+    accelerator.wait_for_everyone()  # every process has looked before the main one writes
+    resume_from = latest_checkpoint(run_dir) if cfg.train.resume else None
+    if resume_from is not None:
+        _check_same_run(cfg, resume_from)
+    set_seed(cfg.train.seed, device_specific=True)  # + rank: processes sample differently
+
+    local_envs = cfg.env.num_envs // world
+    policy = build_policy(cfg, resume_from)
+    try:
+        runner = EnvRunner(
+            cfg.env,
+            cfg.policy,
+            num_envs=local_envs,
+            seed=env_seed(cfg.train.seed, rank),
+            tokenizer=getattr(policy, "tokenizer", None),
+        )
+    except ValueError as error:  # unknown level, action space or language
+        raise SetupError(str(error)) from None
+    if list(runner.action_words) != list(policy.action_words):
+        raise SetupError(f"policy actions {policy.action_words} != env's {runner.action_words}")
+
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        trainable,
+        lr=cfg.ppo.lr,
+        betas=tuple(cfg.ppo.adam_betas),
+        eps=cfg.ppo.adam_eps,
+        weight_decay=cfg.ppo.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda update: lr_factor(update, cfg.ppo, cfg.num_updates)
+    )
+    _configure_deepspeed(accelerator, cfg)
+    model, optimizer = accelerator.prepare(policy, optimizer)
+
+    state = TrainerState(world_size=world)
+    if resume_from is not None:
+        state, env_state = load_training_state(
+            accelerator, resume_from, optimizer=optimizer, scheduler=scheduler
+        )
+        runner.load_state_dict(env_state)
+        accelerator.print(
+            f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
+        )
+    elif cfg.train.resume:
+        accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
+
+    config_yaml = _resolved_config_yaml(cfg, accelerator)
+    if accelerator.is_main_process and resume_from is None:
+        (run_dir / "config.yaml").write_text(config_yaml)
+    resuming_logs = cfg.train.resume  # a resumed run rewinds the logs to its checkpoint
+    logger = MetricsLogger(
+        run_dir,
+        enabled=accelerator.is_main_process,
+        resume_update=state.update if resuming_logs else None,
+        resume_frames=state.frames if resuming_logs else None,
+        wandb_project=cfg.train.wandb_project if cfg.train.wandb else None,
+        config=OmegaConf.to_container(OmegaConf.create(config_yaml)),
+    )
+    progress = ProgressBar(
+        cfg.num_updates * cfg.frames_per_update,
+        state.frames,
+        enabled=accelerator.is_main_process,
+        bar=cfg.train.progress_bar,
+    )
+    recompute = cfg.ppo.recompute_logprobs
+    if recompute is None:
+        recompute = (
+            cfg.model.dtype != "float32"
+            or cfg.model.autocast_bf16
+            or (accelerator.mixed_precision != "no")
+        )
+    return Training(
+        cfg=cfg,
+        accelerator=accelerator,
+        run_dir=run_dir,
+        config_yaml=config_yaml,
+        runner=runner,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        buffer=RolloutBuffer(cfg.ppo.frames_per_env, local_envs),
+        state=state,
+        logger=logger,
+        progress=progress,
+        recompute=bool(recompute),
+        resumed_from=resume_from,
+    )
+
+
+def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
+    """The actor-critic of the config; with a checkpoint, its trained adapter and heads."""
+    from glam.models.loading import ModelNotFoundError
+    from glam.policy.llm_policy import LLMActorCritic
+
+    try:
+        action_words = list(resolve_action_space(cfg.env.action_space).words)
+    except ValueError as error:
+        raise SetupError(str(error)) from None
+    try:
+        if checkpoint is not None:
+            return LLMActorCritic.from_pretrained(checkpoint / "policy")
+        return LLMActorCritic.from_config(cfg.model, cfg.policy, action_words)
+    except ModelNotFoundError as error:
+        raise SetupError(f"model.name_or_path={cfg.model.name_or_path!r}: {error}") from None
+
+
+def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
+    """Learning-rate multiplier for update `update` (0-based): warm-up, then the schedule."""
+    if update < ppo.warmup_updates:
+        return (update + 1) / ppo.warmup_updates
+    progress = (update - ppo.warmup_updates) / max(1, num_updates - ppo.warmup_updates)
+    if ppo.lr_schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    if ppo.lr_schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    return 1.0
+
+
+def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
+    if cfg.env.num_envs % world:
+        raise SetupError(
+            f"env.num_envs={cfg.env.num_envs} is not divisible by the {world} processes: each "
+            "process steps the same number of envs; pick a multiple of the process count"
+        )
+    if cfg.ppo.minibatch_size % world:
+        raise SetupError(
+            f"ppo.minibatch_size={cfg.ppo.minibatch_size} is not divisible by the {world} "
+            "processes (each takes an equal share of every minibatch)"
+        )
+    local = cfg.ppo.minibatch_size // world
+    if cfg.ppo.micro_batch_size and local % min(cfg.ppo.micro_batch_size, local):
+        raise SetupError(
+            f"ppo.micro_batch_size={cfg.ppo.micro_batch_size} must divide the per-process "
+            f"minibatch, ppo.minibatch_size / processes = {local}"
+        )
+
+
+def _check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
+    """Never write over another run: a used folder needs `train.resume=true`."""
+    used = [
+        name for name in ("config.yaml", "metrics.csv", "checkpoints") if (run_dir / name).exists()
+    ]
+    if used and not cfg.train.resume:
+        raise SetupError(
+            f"train.output_dir={str(run_dir)!r} already holds a run ({', '.join(used)}): pass "
+            "train.resume=true to continue it, or choose another train.output_dir"
+        )
+
+
+_SAME_RUN_SECTIONS = ("model", "policy", "env")
+
+
+def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path) -> None:
+    """Refuse to resume a checkpoint with another model, policy or environment setup."""
+    saved = OmegaConf.load(checkpoint / "config.yaml")
+    now = OmegaConf.structured(cfg)
+    changed = [
+        f"{section}.{key}: {saved[section][key]!r} -> {now[section][key]!r}"
+        for section in _SAME_RUN_SECTIONS
+        for key in now[section]
+        if key in saved[section] and saved[section][key] != now[section][key]
+    ]
+    if changed:
+        raise SetupError(
+            f"cannot resume {checkpoint}: the model/policy/env settings differ from the run's:\n  "
+            + "\n  ".join(changed)
+        )
+
+
+def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> None:
+    """Give DeepSpeed the batch layout it otherwise reads from a dataloader (we have none)."""
+    if accelerator.distributed_type != DistributedType.DEEPSPEED:
+        return
+    local = cfg.ppo.minibatch_size // accelerator.num_processes
+    micro = min(cfg.ppo.micro_batch_size or local, local)
+    ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
+    ds_config["train_micro_batch_size_per_gpu"] = micro
+    ds_config["gradient_accumulation_steps"] = local // micro
+    ds_config["train_batch_size"] = cfg.ppo.minibatch_size
+    ds_config["gradient_clipping"] = cfg.ppo.max_grad_norm
+
+
+def _resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator) -> str:
+    """The run's config, plus a `launch` section recording how it was started."""
+    launch = {
+        "world_size": accelerator.num_processes,
+        "envs_per_process": cfg.env.num_envs // accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type.value),
+        "mixed_precision": str(accelerator.mixed_precision),
+        "device": str(accelerator.device.type),
+        "num_updates": cfg.num_updates,
+        "frames_per_update": cfg.frames_per_update,
+        "command": " ".join(sys.argv),
+    }
+    container = OmegaConf.to_container(OmegaConf.structured(cfg))
+    return OmegaConf.to_yaml({**container, "launch": launch})
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics helpers
+# --------------------------------------------------------------------------------------------
+
+
+def episode_metrics(sums: torch.Tensor) -> dict[str, float]:
+    """Success rate, mean return and length from `[count, successes, returns, lengths]` sums
+    (NaN when no episode ended)."""
+    count, successes, returns, lengths = sums.tolist()
+    if count == 0:
+        nan = float("nan")
+        return {
+            "charts/success_rate": nan,
+            "charts/episode_return": nan,
+            "charts/episode_length": nan,
+            "charts/episodes": 0.0,
+        }
+    return {
+        "charts/success_rate": successes / count,
+        "charts/episode_return": returns / count,
+        "charts/episode_length": lengths / count,
+        "charts/episodes": count,
+    }
+
+
+def _global_mean_std(
+    accelerator: Accelerator, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    sums = torch.stack(
+        [values.sum(), values.square().sum(), torch.tensor(float(values.numel()))]
+    ).to(accelerator.device, torch.float64)
+    total, total_sq, n = accelerator.reduce(sums, "sum").cpu().tolist()
+    mean = total / n
+    variance = max(total_sq / n - mean * mean, 0.0) * n / max(n - 1, 1)
+    return torch.tensor(mean), torch.tensor(math.sqrt(variance))
+
+
+def _gathered_explained_variance(accelerator: Accelerator, batch: Transitions) -> float:
+    values = accelerator.gather(batch.values.to(accelerator.device))
+    returns = accelerator.gather(batch.returns.to(accelerator.device))
+    return explained_variance(values.double(), returns.double())
+
+
+def _reduce_max(accelerator: Accelerator, value: torch.Tensor) -> float:
+    return float(accelerator.gather(value.reshape(1)).max().item())
+
+
+def _raise_if_diverged(accelerator: Accelerator, bad: bool) -> None:
+    flag = torch.tensor([float(bad)], device=accelerator.device)
+    if accelerator.num_processes > 1:
+        flag = accelerator.reduce(flag, "sum")
+    if flag.item() > 0:
+        raise TrainingDiverged("the PPO loss or its gradient became NaN or infinite")
+
+
+def _summary_line(state: TrainerState, num_updates: int, metrics: dict[str, float]) -> str:
+    return (
+        f"update {state.update}/{num_updates}  frames {state.frames}  "
+        f"success {metrics['charts/success_rate']:.2f}  "
+        f"return {metrics['charts/episode_return']:.2f}  "
+        f"policy {metrics['losses/policy']:+.4f}  value {metrics['losses/value']:.4f}  "
+        f"entropy {metrics['losses/entropy']:.3f}  kl {metrics['losses/approx_kl']:.4f}  "
+        f"rollout {metrics['charts/rollout_fps']:.0f} fps  update {metrics['charts/update_fps']:.0f} fps"
+    )

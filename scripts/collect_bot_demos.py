@@ -1,0 +1,50 @@
+"""Collect BabyAI's bot demonstrations as a Hugging Face dataset of (prompt, action) pairs.
+
+    python scripts/collect_bot_demos.py                                  # 100 GoToLocal episodes
+    python scripts/collect_bot_demos.py demos.pairs=400 demos.output_dir=runs/demos/gotolocal-400
+    python scripts/collect_bot_demos.py demos.level=BabyAI-MixedTrainLocal-v0 demos.episodes=1000
+
+The bot plans on the grid: one CPU process, no GPU, no model (except the tokenizer of
+`demos.chat_model` for `demos.prompt_format=chat`). Settings: configs/demos/collect.yaml, schema
+glam/bc/config.py. Load the result with `datasets.load_from_disk(demos.output_dir)` or
+`glam.bc.load_demos`; train on it with scripts/clm_behavioral_cloning.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from glam.bc.config import CollectDemosConfig, register_configs
+
+register_configs()
+
+
+def fail(error: Exception) -> None:
+    """Exit with the message alone: bad input, not a bug, so no traceback."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(config_path="../configs/demos", config_name="collect", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from glam.bc.bot import save_bot_demos
+
+    try:
+        config: CollectDemosConfig = OmegaConf.to_object(cfg)  # runs the dataclasses' checks
+        # ValueError: unknown level, action space or language; BotUnsupportedError is one too.
+        dataset, stats = save_bot_demos(config.demos, progress=config.progress)
+    except (ValueError, FileExistsError, OmegaConfBaseException) as error:
+        fail(error)
+    demos = config.demos
+    print(
+        f"[glam] wrote {len(dataset)} pairs from {stats['episodes_kept']} episodes of {demos.level} "
+        f"(bot solved {stats['episodes_solved']}/{stats['episodes_played']}) to {demos.output_dir}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Draw a run's learning curves (success rate, return, entropy, value loss) from metrics.csv.
+
+    python scripts/plot_learning_curve.py runs/tiny                     # -> runs/tiny/learning_curve.png
+    python scripts/plot_learning_curve.py runs/tiny --out docs/curve.png --smooth 5
+    python scripts/plot_learning_curve.py runs/a runs/b --labels lr=1e-4 lr=1e-3 --out cmp.png
+
+Points are per update (episodes that ended during its rollout); the thick line is a moving
+average over `--smooth` updates, weighted by the number of episodes, so updates in which few
+episodes ended count little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from glam.ppo.logger import read_metrics  # noqa: E402
+
+PANELS = (
+    ("charts/success_rate", "success rate", True),
+    ("charts/episode_return", "episode return (scaled reward)", True),
+    ("losses/entropy", "policy entropy", False),
+    ("losses/value", "value loss", False),
+)
+"""(metric, axis label, weighted by episodes)."""
+
+
+def moving_average(values: list[float], weights: list[float], window: int) -> list[float]:
+    """Trailing average of the finite `values` over `window` points, weighted by `weights`."""
+    out = []
+    for i in range(len(values)):
+        pairs = [
+            (v, w)
+            for v, w in zip(
+                values[max(0, i - window + 1) : i + 1],
+                weights[max(0, i - window + 1) : i + 1],
+                strict=True,
+            )
+            if math.isfinite(v) and w > 0
+        ]
+        total = sum(w for _, w in pairs)
+        out.append(sum(v * w for v, w in pairs) / total if total else math.nan)
+    return out
+
+
+def plot(run_dirs: list[Path], labels: list[str], out: Path, smooth: int) -> None:
+    """Write one PNG with a panel per metric and a line per run."""
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    for run_dir, label in zip(run_dirs, labels, strict=True):
+        rows = read_metrics(run_dir)
+        frames = [row["frames"] for row in rows]
+        episodes = [row.get("charts/episodes", 1.0) for row in rows]
+        for axis, (key, title, weighted) in zip(axes.flat, PANELS, strict=True):
+            values = [row.get(key, math.nan) for row in rows]
+            weights = episodes if weighted else [1.0] * len(values)
+            (line,) = axis.plot(frames, moving_average(values, weights, smooth), lw=2, label=label)
+            axis.plot(frames, values, ".", ms=3, alpha=0.35, color=line.get_color())
+            axis.set_title(title)
+            axis.grid(alpha=0.3)
+    axes[0, 0].set_ylim(-0.02, 1.02)
+    for axis in axes[1]:
+        axis.set_xlabel("frames (environment steps, all processes)")
+    if len(run_dirs) > 1:
+        axes[0, 0].legend()
+    figure.suptitle(", ".join(labels))
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders holding metrics.csv")
+    parser.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/learning_curve.png)")
+    parser.add_argument("--labels", nargs="+", help="one label per run (default: folder names)")
+    parser.add_argument("--smooth", type=int, default=10, help="moving-average window, updates")
+    args = parser.parse_args(argv)
+    for run_dir in args.run_dirs:
+        if not (run_dir / "metrics.csv").is_file():
+            parser.error(f"{run_dir} has no metrics.csv")
+    labels = args.labels or [run_dir.name for run_dir in args.run_dirs]
+    if len(labels) != len(args.run_dirs):
+        parser.error("give one --labels entry per run folder")
+    out = args.out or args.run_dirs[0] / "learning_curve.png"
+    plot(args.run_dirs, labels, out, max(args.smooth, 1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

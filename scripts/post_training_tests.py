@@ -1,0 +1,59 @@
+"""Post-training tests: seeded episodes of each test suite, success with 95% CIs, tables, a plot.
+
+    # one CPU: the baselines (fast), then the embedded model zero-shot (slow: fewer episodes)
+    python scripts/post_training_tests.py agent.kind=bot eval.suites=[no_change] eval.episodes=1000
+    python scripts/post_training_tests.py agent.kind=random eval.suites=[no_change]
+    python scripts/post_training_tests.py agent.kind=zero_shot eval.suites=[no_change] \
+        eval.episodes=50 eval.num_envs=10
+
+    # one GPU: a trained run (its newest checkpoint), every suite, on the held-out pairs
+    python scripts/post_training_tests.py agent.kind=checkpoint agent.path=runs/glam_paper/seed-1 \
+        eval.level=BabyAI-MixedTestLocal-v0 eval.output_dir=runs/glam_paper/seed-1/eval/test
+
+    # several GPUs: one evaluation per GPU (seeds, runs or levels), then aggregate them
+    CUDA_VISIBLE_DEVICES=1 python scripts/post_training_tests.py agent.kind=bc \
+        agent.path=runs/bc/gotolocal eval.seed=1 eval.output_dir=runs/bc/gotolocal/eval/seed-1
+    python scripts/test_results.py 'inputs=[runs/glam_paper]'
+
+Writes results.json (per suite: success_rate, ci_low, ci_high, mean_return, mean_length,
+episodes, and the same per task type), results.csv, results.md, results.png and episodes.jsonl
+to `eval.output_dir`. Options: configs/eval/post_training_tests.yaml and glam/eval/config.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from glam.eval.config import PostTrainingTestsConfig, register_configs
+
+register_configs()
+
+
+def run(cfg: DictConfig) -> None:
+    """Validate the config, evaluate, print where the results went; exit 2 on a user error."""
+    from glam.eval.harness import evaluate
+    from glam.models.loading import ModelNotFoundError
+
+    try:
+        config: PostTrainingTestsConfig = OmegaConf.to_object(cfg)
+        results, paths = evaluate(config)
+    except (ValueError, FileNotFoundError, ModelNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    table, _, per_task = paths["md"].read_text().partition("## Per task type")
+    # The per-task table of every suite is long: on screen only when there is one suite.
+    print(table + (f"## Per task type{per_task}" if len(results["suites"]) == 1 else ""))
+    for kind, path in paths.items():
+        print(f"wrote {kind:8s} {path}")
+
+
+@hydra.main(config_path="../configs/eval", config_name="post_training_tests", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Fine-tune a language model as a BabyAI-Text agent with online PPO (GLAM).
+
+    # one CPU process (default preset: the embedded SmolLM2-135M + LoRA; `tiny`: a few seconds)
+    python scripts/train_language_agent.py train.output_dir=runs/smollm2
+    python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny
+    # one GPU
+    accelerate launch --num_processes 1 scripts/train_language_agent.py \
+        --config-name glam_paper env.num_envs=8 train.output_dir=runs/paper_1gpu
+    # several GPUs: DDP, or DeepSpeed ZeRO-2 / ZeRO-3 with configs/accelerate/zero{2,3}.yaml
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes 8 \
+        scripts/train_language_agent.py --config-name glam_paper train.output_dir=runs/paper
+    # N CPU processes over gloo (this file really starts N; `--cpu --num_processes N` starts 1)
+    accelerate launch --config_file configs/accelerate/multi_cpu.yaml --num_processes 2 \
+        scripts/train_language_agent.py --config-name tiny train.cpu=true train.output_dir=runs/2p
+    # continue a run from its newest checkpoint (starts fresh if it has none)
+    python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny \
+        train.resume=true
+
+Presets live in configs/ (`glam_paper`, `smollm2_lora_cpu`, `tiny`); any key of
+`glam.config.TrainingRunConfig` can be overridden, and a misspelt key stops the run at start-up.
+SIGTERM or SIGUSR1 writes a checkpoint and exits with status 0. Exit status: 0 done (or
+checkpointed on a signal), 1 bad config (Hydra), 2 the run cannot start, 3 the loss became NaN.
+See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from glam.config import TrainingRunConfig, register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="smollm2_lora_cpu")
+def main(raw: DictConfig) -> None:
+    """Validate the config, start the Accelerator, train, report how it ended."""
+    try:
+        cfg: TrainingRunConfig = OmegaConf.to_object(raw)
+    except ValueError as error:  # a __post_init__ check
+        print(f"error: invalid configuration: {error}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(run(cfg, config_name=_config_name()))
+
+
+def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
+    """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
+    import torch
+    import transformers
+    from accelerate import Accelerator
+    from accelerate.utils import broadcast_object_list
+
+    from glam.ppo.trainer import SetupError, TrainingDiverged, train
+
+    if cfg.train.torch_threads is not None:
+        torch.set_num_threads(cfg.train.torch_threads)
+    transformers.utils.logging.disable_progress_bar()
+    accelerator = Accelerator(
+        cpu=cfg.train.cpu,
+        gradient_accumulation_steps=_accumulation_steps(cfg, _world_size()),
+    )
+    # Every process must write into the same folder: the main process picks it.
+    output_dir = [cfg.train.output_dir or f"runs/{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"]
+    broadcast_object_list(output_dir)
+    run_dir = Path(output_dir[0]).resolve()
+    cfg.train.output_dir = str(run_dir)
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    accelerator.print(
+        f"[glam] run folder {run_dir}, {accelerator.num_processes} process(es) "
+        f"({accelerator.distributed_type.value}, {accelerator.device.type})"
+    )
+
+    try:
+        result = train(cfg, accelerator, run_dir)
+    except SetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as error:
+        from glam.ppo.checkpoint import latest_checkpoint
+
+        last = latest_checkpoint(run_dir)
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint had been written"
+        print(
+            f"error: stopping: {error}; nothing of that update was saved; {kept}", file=sys.stderr
+        )
+        return 3
+    if result.stopped_by is not None:
+        accelerator.print(
+            f"preempted by {result.stopped_by}: checkpoint saved at update "
+            f"{result.state.update} (frames {result.state.frames}) in {result.checkpoint}"
+        )
+    else:
+        accelerator.print(
+            f"done: {result.state.frames} frames in {result.state.update} updates; "
+            f"checkpoint {result.checkpoint}"
+        )
+    accelerator.end_training()
+    return 0
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _accumulation_steps(cfg: TrainingRunConfig, world: int) -> int:
+    local = max(cfg.ppo.minibatch_size // world, 1)
+    return max(local // min(cfg.ppo.micro_batch_size or local, local), 1)
+
+
+def _config_name() -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().job.config_name or "run"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""BALROG-comparable zero-shot evaluation: the model writes its action as free text.
+
+    # one CPU: the embedded model (SmolLM2-135M-Instruct), 50 episodes of MixedTrainLocal
+    python scripts/zero_shot_generation.py eval.episodes=50 eval.num_envs=10
+
+    # one GPU: any model spec, BALROG's 5 task types x 10 episodes and more
+    python scripts/zero_shot_generation.py agent.model=/models/Llama-3.2-1B-Instruct \
+        agent.dtype=bfloat16 eval.episodes=500 eval.num_envs=50
+
+    # several GPUs: one model or seed per GPU, then aggregate
+    CUDA_VISIBLE_DEVICES=1 python scripts/zero_shot_generation.py eval.seed=1 \
+        eval.output_dir=runs/eval/balrog/seed-1
+    python scripts/test_results.py 'inputs=[runs/eval/balrog]'
+
+The instruction prompt (goal, actions and what they do, tips) and the last 16 observations and
+actions are chat turns in the model's chat template; the answer is decoded greedily (a few
+tokens), and one that is not an action becomes "go forward". Success is reported per task type
+and overall, in the same files as scripts/post_training_tests.py (results.json, .csv, .md, .png),
+plus the invalid-answer rate. Options: configs/eval/balrog.yaml and glam/eval/config.py.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from glam.eval.config import register_configs
+
+register_configs()
+
+
+@hydra.main(config_path="../configs/eval", config_name="balrog", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from post_training_tests import run
+
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""scripts/launch_campaign.py without SLURM: expansion, validation, rendering, submission.
+
+    .venv/bin/python -m pytest tests/test_campaign.py
+
+Submission runs against a stand-in `sbatch` on PATH that records its arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / "scripts" / "launch_campaign.py"
+CAMPAIGN_DIR = REPO_ROOT / "configs" / "campaign"
+
+_spec = importlib.util.spec_from_file_location("launch_campaign", SCRIPT)
+launch = importlib.util.module_from_spec(_spec)
+sys.modules["launch_campaign"] = launch  # dataclasses look their module up while being built
+_spec.loader.exec_module(launch)
+
+MINIMAL = {"name": "c", "preset": "tiny", "seeds": [1]}
+
+
+def write_yaml(path: Path, data: object) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def directives(script: str) -> list[str]:
+    return re.findall(r"^#SBATCH (\S+)$", script, flags=re.MULTILINE)
+
+
+def script_arguments(script: str) -> list[str]:
+    """The training/evaluation arguments a rendered script passes on (its `set --` line)."""
+    (line,) = [line for line in script.splitlines() if line.startswith("set -- ")]
+    return __import__("shlex").split(line)[2:]
+
+
+@pytest.mark.parametrize("path", sorted(CAMPAIGN_DIR.glob("*.yaml")), ids=lambda path: path.name)
+def test_every_campaign_file_loads_and_renders_valid_bash(path: Path, tmp_path: Path) -> None:
+    campaign = launch.load_campaign(path)
+    jobs = launch.plan_jobs(campaign, tmp_path)
+    assert jobs
+    for job in jobs:
+        check = subprocess.run(["bash", "-n"], input=job.script, text=True, capture_output=True)
+        assert check.returncode == 0, f"{job.label}: {check.stderr}"
+
+
+def test_templates_are_valid_bash() -> None:
+    for path in [*REPO_ROOT.glob("slurm/**/*.sbatch"), *REPO_ROOT.glob("slurm/**/*.sh")]:
+        check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, f"{path}: {check.stderr}"
+
+
+def test_paper_campaign_is_one_requeueable_8_gpu_job_per_seed(tmp_path: Path) -> None:
+    campaign = launch.load_campaign(CAMPAIGN_DIR / "glam_paper.yaml")
+    jobs = launch.plan_jobs(campaign, tmp_path)
+    train = [job for job in jobs if job.label.endswith(" train")]
+    evals = [job for job in jobs if job.after is not None]
+    assert len(train) == len(campaign.seeds) >= 2
+    assert len(evals) == len(train) * len(campaign.evaluation.levels)
+
+    for seed, job in zip(campaign.seeds, train, strict=True):
+        options = directives(job.script)
+        assert {"--nodes=1", "--gpus-per-node=8", "--requeue", "--signal=B:USR1@600"} <= set(
+            options
+        )
+        arguments = script_arguments(job.script)
+        assert arguments[:2] == ["--config-name", "glam_paper"]
+        assert {"env.num_envs=32", "train.total_frames=1500000", f"train.seed={seed}"} <= set(
+            arguments
+        )
+        assert f"train.output_dir={tmp_path}/glam_paper/seed-{seed}" in arguments
+        assert "train.resume=true" in job.script
+        assert "--multi_gpu" not in job.script  # the layout is computed in the job
+        assert "export GLAM_GPUS_PER_NODE=8" in job.script
+
+    first_eval = evals[0]
+    assert first_eval.after is train[0]
+    assert "--dependency=afterok:<job id of seed-1 train>" in first_eval.sbatch_command()
+    options = directives(first_eval.script)
+    assert "--gpus-per-node=1" in options and "--requeue" not in options
+    assert f"agent.path={tmp_path}/glam_paper/seed-1" in script_arguments(first_eval.script)
+
+
+def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:
+    campaign = launch.load_campaign(
+        write_yaml(
+            tmp_path / "grid.yaml",
+            {
+                **MINIMAL,
+                "seeds": [1, 2],
+                "overrides": {"env.name": "BabyAI-GoToLocal-v0"},
+                "grid": {"ppo.lr": [1e-6, 1e-5], "model.name_or_path": ["/m/a b", "t5"]},
+            },
+        )
+    )
+    runs = launch.expand_runs(campaign, tmp_path)
+    assert [run.name for run in runs] == [
+        f"ppo.lr-{lr}_model.name_or_path-{model}_seed-{seed}"
+        for lr in ("1e-06", "1e-05")
+        for model in ("m-a-b", "t5")
+        for seed in (1, 2)
+    ]
+    assert len({run.output_dir for run in runs}) == 8
+    arguments = runs[2].training_arguments(campaign)
+    assert arguments == [
+        "--config-name",
+        "tiny",
+        "env.name=BabyAI-GoToLocal-v0",
+        "ppo.lr=1e-06",
+        "model.name_or_path=t5",
+        "train.seed=1",
+        f"train.output_dir={tmp_path}/c/{runs[2].name}",
+    ]
+    assert "model.name_or_path='/m/a b'" in runs[0].training_arguments(campaign)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, "true"),
+        (None, "null"),
+        (3, "3"),
+        (1e-6, "1e-06"),
+        ("BabyAI-MixedTestLocal-v0", "BabyAI-MixedTestLocal-v0"),
+        (["no_change", "french"], "[no_change,french]"),
+        ("it's", "'it\\'s'"),
+        ({"a": 1}, "{a:1}"),
+    ],
+)
+def test_override_values_use_hydra_syntax(value: object, expected: str) -> None:
+    assert launch.format_override_value(value) == expected
+
+
+def test_multi_node_template_is_picked_for_several_nodes(tmp_path: Path) -> None:
+    campaign = launch.load_campaign(CAMPAIGN_DIR / "glam_paper_multi_node.yaml")
+    (job, *_) = launch.plan_jobs(campaign, tmp_path)
+    assert "from slurm/train_multi_node.sbatch" in job.script
+    assert {"--nodes=2", "--gpus-per-node=4"} <= set(directives(job.script))
+    assert '--machine_rank "$SLURM_NODEID"' in job.script
+    assert "scontrol show hostnames" in job.script
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": [1]}, "unknown key(s) seed; known in the file: name, preset, seeds"),
+        ({"slurm": {"gpus": 8}}, "unknown key(s) slurm.gpus"),
+        ({"grid": {}}, "grid is empty"),
+        ({"grid": {"ppo.lr": []}}, "grid.ppo.lr must be a non-empty list"),
+        ({"grid": {"ppo.lr": 1e-5}}, "grid.ppo.lr must be a non-empty list"),
+        ({"overrides": {"train.seed": 3}}, "train.seed is set by the launcher"),
+        ({"overrides": {"a": 1}, "grid": {"a": [2]}}, "keys in both overrides and grid"),
+        ({"seeds": []}, "seeds must be a non-empty list"),
+        ({"seeds": [1, 1]}, "seeds has duplicates"),
+        ({"name": "a b"}, "name 'a b' may only hold"),
+        ({"slurm": {"time": "soon"}}, "slurm.time 'soon' is not a SLURM time"),
+        ({"slurm": {"time": "5", "signal_seconds": 300}}, "below the time limit (5 = 300 s)"),
+        ({"slurm": {"template": "nope"}}, "slurm.template 'nope' is not one of"),
+        ({"slurm": {"template": "train_one_node", "nodes": 2}}, "use train_multi_node"),
+        ({"slurm": {"template": "evaluate"}}, "'evaluate' is not a training template"),
+        ({"evaluation": {"levels": []}}, "evaluation.levels is empty"),
+        ({"evaluation": {"slurm": {"gpu": 1}}}, "unknown key(s) evaluation.slurm.gpu"),
+        ({"slurm": {"nodes": "2"}}, "slurm.nodes must be int, got '2'"),
+        ({"slurm": {"mem": True}}, "slurm.mem must be str or null, got True"),
+        ({"overrides": ["a=1"]}, "overrides must be a mapping, got ['a=1']"),
+        ({"seeds": [1, "2"]}, "seeds must be a non-empty list of integers"),
+        ({"grid": {"a": ["x/y", "x-y"]}}, "same run folder twice"),
+    ],
+)
+def test_bad_campaign_exits_2_with_the_reason(
+    change: dict, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_yaml(tmp_path / "bad.yaml", {**MINIMAL, **change})
+    assert launch.main([str(path), "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {path}: ")
+    assert message in error
+
+
+def test_missing_campaign_file_fails_from_the_command_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "nope.yaml")], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "nope.yaml: no such campaign file" in result.stderr
+    assert result.stdout == ""
+
+
+def test_dry_run_prints_scripts_and_commands_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output_root = tmp_path / "runs"
+    code = launch.main(
+        [str(CAMPAIGN_DIR / "tiny_local.yaml"), "--dry-run", "--output-root", str(output_root)]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    slurm_dir = output_root / "tiny_local" / "slurm"
+    commands = re.findall(r"^\$ (.*)$", out, flags=re.MULTILINE)
+    assert commands == [
+        f"sbatch --parsable {slurm_dir}/ppo.lr-0.0001_seed-1.train.sbatch",
+        f"sbatch --parsable {slurm_dir}/ppo.lr-0.001_seed-1.train.sbatch",
+    ]
+    assert out.count("#!/usr/bin/env bash") == 2
+    assert "set -- --config-name tiny ppo.lr=0.0001 train.seed=1" in out
+    assert "dry run: 2 job(s), nothing written or submitted" in out
+    assert not output_root.exists()
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An `sbatch` that logs its arguments and answers job ids 101, 102, ..."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch_calls.txt"
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        f'[[ -z ${{FAIL_SBATCH:-}} ]] || {{ echo "sbatch: error: no partition" >&2; exit 1; }}\n'
+        f"echo $((100 + $(wc -l < {calls})))\n"
+    )
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return calls
+
+
+def test_submit_writes_scripts_prints_ids_and_chains_evaluations(
+    fake_sbatch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_yaml(
+        tmp_path / "c.yaml",
+        {**MINIMAL, "seeds": [1, 2], "evaluation": {"levels": ["A", "B"], "episodes": 10}},
+    )
+    assert launch.main([str(path), "--output-root", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^submitted (.*): job (\d+)$", out, flags=re.MULTILINE) == [
+        ("seed-1 train", "101"),
+        ("seed-1 eval A", "102"),
+        ("seed-1 eval B", "103"),
+        ("seed-2 train", "104"),
+        ("seed-2 eval A", "105"),
+        ("seed-2 eval B", "106"),
+    ]
+    slurm_dir = tmp_path / "runs" / "c" / "slurm"
+    calls = fake_sbatch.read_text().splitlines()
+    assert calls[0] == f"--parsable {slurm_dir}/seed-1.train.sbatch"
+    assert calls[5] == f"--parsable --dependency=afterok:104 {slurm_dir}/seed-2.eval.B.sbatch"
+    assert (slurm_dir / "seed-2.train.sbatch").read_text().startswith("#!/usr/bin/env bash")
+    assert (slurm_dir / "jobs.tsv").read_text().splitlines()[3].startswith("104\tseed-2 train\t")
+
+
+def test_sbatch_failure_stops_with_its_message(
+    fake_sbatch: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAIL_SBATCH", "1")
+    path = write_yaml(tmp_path / "c.yaml", {**MINIMAL, "seeds": [1, 2]})
+    assert launch.main([str(path), "--output-root", str(tmp_path / "runs")]) == 1
+    assert "sbatch failed for seed-1 train (exit 1): sbatch: error: no partition" in (
+        capsys.readouterr().err
+    )
+    assert len(fake_sbatch.read_text().splitlines()) == 1  # it stopped at the first failure

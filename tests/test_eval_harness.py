@@ -1,0 +1,163 @@
+"""Evaluation harness: exact episode counts, seeds, baselines, statistics and reports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from glam.eval.agents import BotAgent, RandomAgent, choose_actions
+from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
+from glam.eval.episodes import run_suite
+from glam.eval.generation import BalrogHistory, parse_action
+from glam.eval.harness import evaluate
+from glam.eval.report import aggregate, write_aggregate
+from glam.eval.stats import summarize, wilson_interval
+from glam.eval.suites import SUITES
+
+LEVEL = "BabyAI-MixedTrainLocal-v0"
+
+
+def _run(agent, episodes: int, num_envs: int, suite: str = "no_change", **kwargs):
+    return run_suite(
+        agent,
+        SUITES[suite],
+        level=LEVEL,
+        episodes=episodes,
+        num_envs=num_envs,
+        seed_base=10**9,
+        nbr_obs=3,
+        **kwargs,
+    )
+
+
+def test_exactly_n_episodes_each_seed_once() -> None:
+    run = _run(RandomAgent(), episodes=7, num_envs=3, max_steps=6)
+    assert len(run.episodes) == 7
+    assert [e.seed for e in run.episodes] == list(range(10**9, 10**9 + 7))
+
+
+def test_seeds_are_reproducible_and_independent_of_the_batch() -> None:
+    first = _run(RandomAgent(), episodes=6, num_envs=2, max_steps=20).episodes
+    again = _run(RandomAgent(), episodes=6, num_envs=2, max_steps=20).episodes
+    wider = _run(RandomAgent(), episodes=6, num_envs=6, max_steps=20).episodes
+    assert first == again == wider
+    assert len({e.mission for e in first}) > 1
+
+
+def test_the_bot_passes_no_change() -> None:
+    run = _run(BotAgent(), episodes=40, num_envs=8)
+    summary = summarize(run.episodes)
+    assert summary.success_rate >= 0.95
+    assert len({e.task_type for e in run.episodes}) == 6  # the mix, both sequence phrasings
+
+
+def test_the_bot_solves_the_renamed_actions_and_new_composition() -> None:
+    for suite in ("renamed_actions", "new_composition"):
+        assert (
+            summarize(_run(BotAgent(), episodes=10, num_envs=5, suite=suite).episodes).success_rate
+            == 1.0
+        )
+
+
+def test_wilson_interval_known_values() -> None:
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)
+    low, high = wilson_interval(10, 10)
+    assert low == pytest.approx(0.7225, abs=1e-4) and high == 1.0
+    low, high = wilson_interval(50, 100)
+    assert (low, high) == pytest.approx((0.4038, 0.5962), abs=1e-4)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def test_choose_actions_greedy_and_sampled() -> None:
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    assert choose_actions(logits, [None, None], greedy=True) == [1, 0]
+
+    def sample() -> list[int]:
+        return choose_actions(logits, [np.random.default_rng(s) for s in (1, 2)], greedy=False)
+
+    assert sample() == sample()
+    many = [
+        choose_actions(logits[:1], [np.random.default_rng(s)], greedy=False)[0] for s in range(300)
+    ]
+    assert 0.9 < many.count(1) / 300 < 1.0  # softmax(0, 5, 1)[1] = 0.976
+
+
+def test_evaluate_writes_every_report(tmp_path) -> None:
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="random"),
+        eval=EvalConfig(
+            suites=["no_change", "adj_synonyms"],
+            episodes=5,
+            num_envs=5,
+            max_steps=8,
+            output_dir=str(tmp_path),
+            progress_bar=False,
+        ),
+    )
+    results, paths = evaluate(cfg)
+    on_disk = json.loads(paths["json"].read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    record = on_disk["suites"]["adj_synonyms"]
+    for key in ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes"):
+        assert key in record
+    assert record["episodes"] == 5 and record["mean_length"] <= 8
+    assert record["rewritten_prompt_fraction"] == 1.0
+    assert sum(t["episodes"] for t in record["per_task_type"].values()) == 5
+    assert on_disk["suites"]["no_change"]["rewritten_prompt_fraction"] == 0.0
+    assert "| adj_synonyms |" in paths["md"].read_text()
+    assert paths["csv"].read_text().startswith("label,suite,level,task_type,success_rate")
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+    assert len(paths["episodes"].read_text().splitlines()) == 10
+
+
+def _fake(label: str, level: str, rates: dict[str, float]) -> dict:
+    return {
+        "label": label,
+        "eval": {"level": level},
+        "suites": {s: {"success_rate": r, "episodes": 100} for s, r in rates.items()},
+    }
+
+
+def test_aggregate_mean_spread_and_change(tmp_path) -> None:
+    results = [
+        _fake("glam", LEVEL, {"no_change": 0.8, "french": 0.1}),
+        _fake("glam", LEVEL, {"no_change": 0.6, "french": 0.0}),
+        _fake("random", LEVEL, {"no_change": 0.15}),
+    ]
+    rows = {(r.label, r.suite): r for r in aggregate(results)}
+    glam_french = rows["glam", "french"]
+    assert glam_french.runs == 2 and glam_french.mean == pytest.approx(0.05)
+    assert glam_french.std == pytest.approx(np.std([0.1, 0.0], ddof=1))
+    assert glam_french.change_pct == pytest.approx(100 * (0.05 - 0.7) / 0.7)
+    assert rows["glam", "no_change"].change_pct == pytest.approx(0.0)
+    assert rows["random", "no_change"].episodes == 100
+    paths = write_aggregate(tmp_path, list(rows.values()), baseline="no_change", title="t")
+    assert "-93%" in paths["md"].read_text()
+    # Two levels are never averaged together.
+    mixed = aggregate([*results, _fake("glam", "BabyAI-MixedTestLocal-v0", {"no_change": 0.1})])
+    assert {r.label for r in mixed} >= {"glam (MixedTrainLocal-v0)", "glam (MixedTestLocal-v0)"}
+
+
+def test_balrog_answers_and_history() -> None:
+    words = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
+    assert parse_action(" Turn left.\nbecause", words) == 0
+    assert parse_action("'pick up'", words) == 3
+    assert parse_action("I will go forward", words) is None
+    assert parse_action("", words) is None
+    history = BalrogHistory(nbr_obs=2)
+    history.add_observation(["You see a wall 1 step forward"])
+    for k in range(3):
+        history.add_action(words[k])
+        history.add_observation([f"You see a red ball {k + 1} steps left"])
+    messages = history.messages("go to the red ball", words)
+    assert "Your goal is to go to the red ball" in messages[0]["content"]
+    assert [m["role"] for m in messages] == ["user", "user", "assistant", "user"]
+    assert messages[1]["content"] == "Observation:\na red ball 2 steps left"
+    assert messages[2]["content"] == "go forward"
+    assert messages[3]["content"].startswith("Current Observation:\na red ball 3 steps left")
+    assert messages[3]["content"].endswith("Action:")
