@@ -179,7 +179,9 @@ class CampaignConfig:
             if key.lstrip("+~") in RESERVED_KEYS:
                 raise CampaignError(f"{key} is set by the launcher for each run; remove it")
         if not self.slurm.template_name.startswith("train_"):
-            raise CampaignError(f"slurm.template {self.slurm.template!r} is not a training template")
+            raise CampaignError(
+                f"slurm.template {self.slurm.template!r} is not a training template"
+            )
         if both := grid_keys & set(self.overrides):
             raise CampaignError(f"keys in both overrides and grid: {sorted(both)}")
 

@@ -59,7 +59,7 @@ def test_bad_action_names_the_allowed_ones(bad: object) -> None:
 
 
 def test_unknown_space_lists_known_names() -> None:
-    with pytest.raises(ValueError, match="'default', 'noop', 'renamed', 'french'"):
+    with pytest.raises(ValueError, match="'default', 'nav', 'noop', 'renamed', 'french'"):
         get_action_space("klingon")
     assert get_action_space(ACTION_SPACES["noop"]) is ACTION_SPACES["noop"]
 

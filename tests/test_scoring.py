@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers_tiny import (
     ACTION_WORDS,
-    one_torch_thread,
+    one_torch_thread,  # noqa: F401  (autouse fixture: one torch thread)
     tiny_causal_lm,
     tiny_seq2seq_lm,
     tiny_tokenizer,
@@ -26,7 +26,6 @@ from glam.scoring import (
 )
 
 TOLERANCE = 1e-4
-_threads = one_torch_thread
 
 OBSERVATIONS = [
     ["You see a wall 2 steps forward", "You see a red ball 1 step left and 2 steps forward"],
