@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from glam.bc.config import BCRunConfig, register_configs
+from glam.bc.demos import DemoDatasetError, load_demos
 
 register_configs()
 
@@ -37,13 +38,14 @@ def fail(error: Exception) -> None:
 
 @hydra.main(config_path="../configs/bc", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from glam.bc.demos import DemoDatasetError
-    from glam.bc.sft import train_bc
-
     try:
         config: BCRunConfig = OmegaConf.to_object(cfg)  # runs the dataclasses' checks
-    except (ValueError, OmegaConfBaseException) as error:
+        load_demos(config.bc.dataset)  # a bad dataset fails here, before TRL is even imported
+    except (ValueError, OmegaConfBaseException) as error:  # DemoDatasetError is a ValueError
         fail(error)
+
+    from glam.bc.sft import train_bc
+
     try:
         result = train_bc(config)
     except DemoDatasetError as error:

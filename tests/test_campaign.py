@@ -8,7 +8,9 @@ Submission runs against a stand-in `sbatch` on PATH that records its arguments.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +42,7 @@ def directives(script: str) -> list[str]:
 def script_arguments(script: str) -> list[str]:
     """The training/evaluation arguments a rendered script passes on (its `set --` line)."""
     (line,) = [line for line in script.splitlines() if line.startswith("set -- ")]
-    return __import__("shlex").split(line)[2:]
+    return shlex.split(line)[2:]
 
 
 @pytest.mark.parametrize("path", sorted(CAMPAIGN_DIR.glob("*.yaml")), ids=lambda path: path.name)
@@ -230,7 +232,7 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f"echo $((100 + $(wc -l < {calls})))\n"
     )
     sbatch.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     return calls
 
 

@@ -15,6 +15,7 @@ from helpers_tiny import (
 )
 from transformers import LlamaConfig, LlamaModel
 
+from glam.policy.adapters import enable_gradient_checkpointing
 from glam.policy.prompts import chat_prompt, glam_prompt
 from glam.scoring import (
     model_kind,
@@ -144,7 +145,7 @@ def test_gradient_checkpointing_in_training_mode_keeps_scores_exact():
     model, tokenizer = tiny_causal_lm("llama")
     with torch.no_grad():
         expected = score_actions_naive(model, tokenizer, PROMPTS, CANDIDATES)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_gradient_checkpointing(model)
     model.train()
     scores = score_actions(model, tokenizer, PROMPTS, CANDIDATES)
     assert max_difference([s.detach() for s in scores], expected) < TOLERANCE
@@ -295,24 +296,27 @@ def embedded():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_embedded_model_packed_equals_naive_with_grad(embedded, padding_side):
+def test_embedded_model_packed_equals_naive_with_and_without_grad(embedded):
     model, tokenizer = embedded
-    tokenizer.padding_side = padding_side
-    with torch.no_grad():
-        naive = score_actions_naive(model, tokenizer, PROMPTS, CANDIDATES)
-    # Grad enabled, but only through the final norm, so the backward stays cheap.
+    prompts, candidates = PROMPTS[1:], CANDIDATES[1:]  # ragged: 2 and 3 actions
+    # Grad enabled, but only through the final norm, so the backward passes stay cheap.
     model.requires_grad_(False)
     norm = model.model.norm.weight
     norm.requires_grad_(True)
     try:
-        packed = score_actions(model, tokenizer, PROMPTS, CANDIDATES)
-        assert max_difference([s.detach() for s in packed], naive) < TOLERANCE
+        naive = score_actions_naive(model, tokenizer, prompts, candidates)
+        (naive_grad,) = torch.autograd.grad(sum(s.sum() for s in naive), norm)
+        tokenizer.padding_side = "right"
+        packed = score_actions(model, tokenizer, prompts, candidates)
         (grad,) = torch.autograd.grad(sum(s.sum() for s in packed), norm)
-        naive_with_grad = score_actions_naive(model, tokenizer, PROMPTS, CANDIDATES)
-        (naive_grad,) = torch.autograd.grad(sum(s.sum() for s in naive_with_grad), norm)
+        tokenizer.padding_side = "left"
+        with torch.no_grad():
+            packed_left = score_actions(model, tokenizer, prompts, candidates)
     finally:
         model.requires_grad_(True)
+    naive = [s.detach() for s in naive]
+    assert max_difference([s.detach() for s in packed], naive) < TOLERANCE
+    assert max_difference(packed_left, naive) < TOLERANCE
     torch.testing.assert_close(grad, naive_grad, atol=1e-3, rtol=1e-3)
-    # A pretrained model prefers actions that read as English after "Action k:".
-    assert all(float(s.max()) > -15 for s in packed)
+    # A pretrained model finds actions plausible after "Action k:" (no -10-per-word penalty).
+    assert all(float(s.max()) > -10 for s in naive)

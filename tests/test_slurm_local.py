@@ -137,8 +137,9 @@ def _progress(run_dir: Path) -> list[int]:
     path = run_dir / "metrics.csv"
     if not path.is_file():
         return []
-    with path.open() as file:
-        return [int(float(row["frames"])) for row in csv.DictReader(file)]
+    text = path.read_text()
+    complete = text[: text.rfind("\n") + 1]  # the training may be writing the last row
+    return [int(float(row["frames"])) for row in csv.DictReader(complete.splitlines())]
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:

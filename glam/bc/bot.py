@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import PreTrainedTokenizerBase
 
 import babyai_text
-from glam.bc.config import DemosConfig
+from glam.bc.config import BOT_UNSUPPORTED_LEVELS, DemosConfig
 from glam.bc.demos import DemoRecord, DemoWriter
 from glam.models.loading import load_model
 from glam.policy.prompts import PromptHistory
@@ -32,16 +32,6 @@ __all__ = [
     "play_bot_episode",
     "save_bot_demos",
 ]
-
-BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
-    {
-        "BabyAI-PutNextS5N2Carrying-v0",
-        "BabyAI-PutNextS6N3Carrying-v0",
-        "BabyAI-PutNextS7N4Carrying-v0",
-        "BabyAI-KeyInBox-v0",
-    }
-)
-"""Levels minigrid's `BabyAIBot` documents it cannot solve."""
 
 
 class BotUnsupportedError(ValueError):
@@ -169,11 +159,8 @@ def collect_bot_demos(
             `config.min_bot_success` of its episodes.
         ValueError: unknown level id, action space or language.
     """
-    if config.level in BOT_UNSUPPORTED_LEVELS:
-        raise BotUnsupportedError(
-            f"BabyAI's bot cannot solve {config.level} (minigrid documents it as unsolved); "
-            f"pick another level"
-        )
+    if config.level in BOT_UNSUPPORTED_LEVELS:  # a config built without its checks
+        raise BotUnsupportedError(f"BabyAI's bot cannot solve {config.level}; pick another level")
     env = babyai_text.make(config.level, action_space=config.action_space, language=config.language)
     records: list[DemoRecord] = []
     attempts = successes = 0

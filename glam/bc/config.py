@@ -12,6 +12,16 @@ from hydra.core.config_store import ConfigStore
 
 from glam.config import ModelConfig
 
+BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
+    {
+        "BabyAI-PutNextS5N2Carrying-v0",
+        "BabyAI-PutNextS6N3Carrying-v0",
+        "BabyAI-PutNextS7N4Carrying-v0",
+        "BabyAI-KeyInBox-v0",
+    }
+)
+"""Levels minigrid's `BabyAIBot` documents it cannot solve (checked when the config is built)."""
+
 
 def _check_positive(name: str, value: float) -> None:
     if not value > 0:
@@ -50,6 +60,11 @@ class DemosConfig:
     """Abort with an error when the bot solves fewer episodes than this fraction."""
 
     def __post_init__(self) -> None:
+        if self.level in BOT_UNSUPPORTED_LEVELS:
+            raise ValueError(
+                f"demos.level={self.level}: BabyAI's bot cannot solve it (minigrid documents it "
+                "as unsolved); pick another level"
+            )
         if self.pairs is None:
             _check_positive("demos.episodes", self.episodes)
         else:

@@ -223,6 +223,8 @@ def load_demos(
         raise DemoDatasetError(f"no demonstrations folder at {path}; {hint}")
     if not any(path.iterdir()):
         raise DemoDatasetError(f"demonstrations folder {path} is empty; {hint}")
+    if _saved_without_rows(path):  # `load_from_disk` fails on it with a bare IndexError
+        raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
     try:
         dataset = load_from_disk(str(path))
     except (FileNotFoundError, ValueError, json.JSONDecodeError) as error:
@@ -243,3 +245,11 @@ def load_demos(
     if len(dataset) == 0:
         raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
     return dataset
+
+
+def _saved_without_rows(path: Path) -> bool:
+    state = path / "state.json"
+    try:
+        return state.is_file() and json.loads(state.read_text()).get("_data_files") == []
+    except json.JSONDecodeError:
+        return False

@@ -279,7 +279,7 @@ class BCResult:
     info: BCPolicyInfo
 
 
-def _sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
+def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
     bc, model = run.bc, run.model
     eval_strategy = "steps" if bc.eval_steps else "no"
     return SFTConfig(
@@ -344,7 +344,7 @@ def train_bc(run: BCRunConfig) -> BCResult:
     encode = {"tokenizer": tokenizer, "is_encoder_decoder": is_encoder_decoder}
     trainer = ActionSFTTrainer(
         model=model,
-        args=_sft_config(run, output_dir),
+        args=build_sft_config(run, output_dir),
         train_dataset=encode_pairs(train_pairs, max_length=bc.max_length, **encode),
         eval_dataset=encode_pairs(eval_pairs, max_length=bc.max_length, **encode),
         processing_class=tokenizer,

@@ -60,6 +60,8 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
         lora_alpha=adapter.alpha,
         lora_dropout=adapter.dropout,
         target_modules=adapter.target_modules or default_lora_targets(model),
+        # GPT-2's projections are Conv1D layers, whose weights are stored transposed.
+        fan_in_fan_out=model.config.model_type == "gpt2",
         task_type=task_type,
     )
     return get_peft_model(model, config)
@@ -67,4 +69,8 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:
     """Recompute activations in backward. Non-reentrant, so it works with a frozen base model."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -11,6 +11,7 @@
 # Environment: GLAM_SLURMCTLD_PORT (default 6817), GLAM_SLURMD_PORT (default 6818),
 # GLAM_SLURM_CPUS (default: nproc).
 set -euo pipefail
+export PATH=$PATH:/usr/sbin:/sbin  # the daemons live in sbin, missing from some users' PATH
 
 root_dir=${1:?usage: start_local_slurm.sh DIR}
 mkdir -p "$root_dir"
