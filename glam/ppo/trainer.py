@@ -127,6 +127,7 @@ def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Tr
             )
             batch = t.buffer.transitions(advantages, returns)
             # 3. PPO epochs over minibatches.
+            learning_rate = t.optimizer.param_groups[0]["lr"]
             update_start = time.perf_counter()
             stats = ppo_update(t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute)
             t.scheduler.step()
@@ -141,7 +142,7 @@ def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Tr
                 **stats,
                 **episode_metrics(episodes),
                 "losses/explained_variance": _gathered_explained_variance(accelerator, batch),
-                "charts/learning_rate": t.scheduler.get_last_lr()[0],
+                "charts/learning_rate": learning_rate,
                 "charts/rollout_fps": cfg.frames_per_update / rollout.seconds,
                 "charts/update_fps": cfg.frames_per_update / update_seconds,
                 "charts/fps": cfg.frames_per_update / (rollout.seconds + update_seconds),
@@ -402,6 +403,11 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
             accelerator, resume_from, optimizer=optimizer, scheduler=scheduler
         )
         runner.load_state_dict(env_state)
+        # The learning rate follows the config of this session (a resumed run may lower it).
+        factor = lr_factor(state.update, cfg.ppo, cfg.num_updates)
+        scheduler.base_lrs = [cfg.ppo.lr] * len(optimizer.param_groups)
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.ppo.lr * factor
         accelerator.print(
             f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
         )

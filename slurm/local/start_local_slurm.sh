@@ -9,7 +9,8 @@
 # it runs beside a system SLURM and needs neither systemd nor cgroups. Daemons run as the current
 # user (root in CI sandboxes). Installs Debian's slurm-wlm and munge when missing and run as root.
 # Environment: GLAM_SLURMCTLD_PORT (default 6817), GLAM_SLURMD_PORT (default 6818),
-# GLAM_SLURM_CPUS (default: nproc).
+# GLAM_SLURM_CPUS (default: nproc), GLAM_SLURM_CRED_EXPIRE (default 120: seconds a requeued job
+# waits before it may start again; tests use less).
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin  # the daemons live in sbin, missing from some users' PATH
 
@@ -57,7 +58,7 @@ SlurmUser=$user
 SlurmdUser=$user
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$munge_socket
+AuthInfo=socket=$munge_socket,cred_expire=${GLAM_SLURM_CRED_EXPIRE:-120}
 StateSaveLocation=$root_dir/ctld
 SlurmdSpoolDir=$root_dir/slurmd
 SlurmctldPidFile=$root_dir/slurmctld.pid
@@ -76,7 +77,7 @@ ReturnToService=2
 JobRequeue=1
 MinJobAge=600
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1
+SchedulerParameters=bf_interval=1,sched_interval=1
 MessageTimeout=20
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP

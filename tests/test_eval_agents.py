@@ -1,0 +1,153 @@
+"""Language-model agents of the harness on tiny random models: loading, protocols, decisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers_tiny import save_tiny_model
+
+from glam.config import ModelConfig, PolicyConfig
+from glam.eval.agents import ActRequest, ScoringAgent
+from glam.eval.builders import agent_label, build_agent
+from glam.eval.config import AgentConfig
+from glam.eval.episodes import run_suite
+from glam.eval.generation import GenerationAgent
+from glam.eval.suites import SUITES
+from glam.models.loading import load_model
+from glam.policy.llm_policy import LLMActorCritic
+from glam.scoring import score_candidates
+
+WORDS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
+
+
+def _play(agent, suite: str = "no_change", episodes: int = 2, max_steps: int = 3):
+    return run_suite(
+        agent,
+        SUITES[suite],
+        level="BabyAI-MixedTrainLocal-v0",
+        episodes=episodes,
+        num_envs=2,
+        seed_base=10**9,
+        nbr_obs=2,
+        max_steps=max_steps,
+    )
+
+
+def _request(prompts: list[str]) -> ActRequest:
+    return ActRequest(
+        prompts=prompts,
+        action_words=WORDS,
+        envs=[None] * len(prompts),
+        slots=list(range(len(prompts))),
+        new_episode=[True] * len(prompts),
+        rngs=[np.random.default_rng(k) for k in range(len(prompts))],
+    )
+
+
+def test_zero_shot_scoring_takes_the_most_likely_action(tiny_folder: Path) -> None:
+    agent = build_agent(AgentConfig(kind="zero_shot", model=str(tiny_folder)), greedy=True)
+    assert isinstance(agent, ScoringAgent)
+    model, tokenizer = load_model(str(tiny_folder))
+    run = _play(agent)
+    prompts = [run.example_prompt, run.example_prompt.replace("Action 0:", "Action 0: drop")]
+    scores = score_candidates(model, tokenizer, prompts, [list(WORDS)] * 2).scores
+    decisions = agent.act(_request(prompts))
+    assert [d.action for d in decisions] == scores.argmax(-1).tolist()
+    assert run.example_prompt.startswith("Possible action of the agent: turn left")
+    # batch_size only splits the forward passes.
+    agent.batch_size = 1
+    assert agent.act(_request(prompts)) == decisions
+
+
+def test_chat_prompt_format_wraps_the_glam_prompt(tiny_folder: Path) -> None:
+    cfg = AgentConfig(kind="zero_shot", model=str(tiny_folder), prompt_format="chat")
+    run = _play(build_agent(cfg, greedy=True), episodes=1, max_steps=1)
+    assert run.example_prompt.startswith("<s>user\n")
+    assert "Goal of the agent:" in run.example_prompt
+    assert run.example_prompt.endswith("<s>assistant\n")
+
+
+def _save_policy(tiny_folder: Path, folder: Path) -> LLMActorCritic:
+    model, tokenizer = load_model(str(tiny_folder))
+    policy = LLMActorCritic.from_model(
+        model, tokenizer, ModelConfig(name_or_path=str(tiny_folder)), PolicyConfig(), WORDS
+    )
+    policy.save_pretrained(folder)
+    return policy
+
+
+def test_checkpoint_agent_from_run_checkpoint_or_policy_folder(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "glam_paper" / "ppo.lr-1e-05_seed-3"
+    checkpoint = run_dir / "checkpoints" / "update_000002"
+    policy = _save_policy(tiny_folder, checkpoint / "policy")
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (run_dir / "checkpoints" / "latest").write_text("update_000002\n")
+
+    prompts = [_play(build_agent(AgentConfig(kind="random"), greedy=True)).example_prompt]
+    with torch.no_grad():
+        expected = policy(prompts, [list(WORDS)]).logits.argmax(-1).tolist()
+    for path in (run_dir, checkpoint, checkpoint / "policy"):
+        cfg = AgentConfig(kind="checkpoint", path=str(path))
+        assert agent_label(cfg) == "checkpoint:glam_paper/ppo.lr-1e-05"
+        agent = build_agent(cfg, greedy=True)
+        assert [d.action for d in agent.act(_request(prompts))] == expected
+    assert len(_play(agent, suite="renamed_actions").episodes) == 2
+
+
+def test_missing_or_empty_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_agent(AgentConfig(kind="checkpoint", path=str(tmp_path / "nope")), greedy=True)
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint nor a run"):
+        build_agent(AgentConfig(kind="checkpoint", path=str(tmp_path)), greedy=True)
+
+
+def test_generation_protocol_replaces_invalid_answers(tiny_folder: Path) -> None:
+    cfg = AgentConfig(kind="zero_shot", model=str(tiny_folder), protocol="generation")
+    agent = build_agent(cfg, greedy=True)
+    assert isinstance(agent, GenerationAgent)
+    run = _play(agent, max_steps=2)
+    assert "Your goal is to" in run.example_prompt and run.example_prompt.endswith("assistant\n")
+    assert len(agent.answers) == run.prompts_seen == 4
+    # A random model's answers are not actions: each became "go forward" and was counted.
+    invalid = sum(e.invalid_actions for e in run.episodes)
+    assert invalid == sum(
+        agent_answer.strip().lower() not in WORDS for agent_answer in agent.answers
+    )
+    assert invalid > 0
+
+
+def test_bc_agent_scores_with_its_adapter(tiny_folder: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from glam.bc.policy import BCPolicyInfo
+
+    model, tokenizer = load_model(str(tiny_folder))
+    lora = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    adapted = get_peft_model(model, lora).eval()
+    adapted.save_pretrained(tmp_path / "bc")
+    tokenizer.save_pretrained(tmp_path / "bc")
+    info = BCPolicyInfo(base_model=str(tiny_folder), adapter=True, normalization="token")
+    info.save(tmp_path / "bc")
+
+    prompts = [_play(build_agent(AgentConfig(kind="random"), greedy=True)).example_prompt] * 2
+    prompts[1] = prompts[1].replace("Action 0:", "Action 0: toggle")
+    candidates = [list(WORDS)] * 2
+    with torch.no_grad():
+        tuned = score_candidates(adapted, tokenizer, prompts, candidates, "token").scores
+        with adapted.disable_adapter():
+            base = score_candidates(adapted, tokenizer, prompts, candidates, "token").scores
+    assert not torch.allclose(tuned, base)  # the adapter matters, so the check below can fail
+    agent = build_agent(AgentConfig(kind="bc", path=str(tmp_path / "bc")), greedy=True)
+    assert [d.action for d in agent.act(_request(prompts))] == tuned.argmax(-1).tolist()

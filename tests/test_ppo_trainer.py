@@ -1,0 +1,238 @@
+"""The trainer's parts in-process: env runner, LR schedule, checkpoint files, bf16 ratio check."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from glam.config import (
+    AdapterConfig,
+    EnvConfig,
+    ModelConfig,
+    PolicyConfig,
+    PPOConfig,
+    TrainConfig,
+    TrainingRunConfig,
+)
+from glam.ppo.buffer import RolloutBuffer
+from glam.ppo.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_training_state,
+    policy_dir,
+    save_checkpoint,
+)
+from glam.ppo.gae import compute_gae
+from glam.ppo.rollout import EnvRunner, env_seed
+from glam.ppo.trainer import (
+    SetupError,
+    StopSignal,
+    _check_layout,
+    collect_rollout,
+    lr_factor,
+    ppo_update,
+)
+
+NAV = ["turn left", "turn right", "go forward"]
+
+
+def tiny_config(**model_overrides: object) -> TrainingRunConfig:
+    return TrainingRunConfig(
+        model=ModelConfig(
+            name_or_path="tiny-random-llama",
+            lora=AdapterConfig(enabled=False),
+            **model_overrides,
+        ),
+        policy=PolicyConfig(value_hidden_sizes=[32], value_activation="tanh"),
+        env=EnvConfig(name="BabyAI-GoToRedBallNoDists-v0", num_envs=4, nbr_obs=2, action_space="nav"),
+        ppo=PPOConfig(frames_per_env=8, minibatch_size=16, epochs=1),
+        train=TrainConfig(total_frames=64),
+    )
+
+
+@pytest.fixture(scope="module")
+def accelerator() -> Accelerator:
+    return Accelerator(cpu=True)
+
+
+def test_env_runner_keeps_histories_in_step() -> None:
+    cfg = tiny_config()
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=2, seed=123)
+    runner.reset()
+    first = runner.prompts()
+    assert len(first) == 2 and first[0].startswith("Possible action of the agent: turn left")
+    assert first[0].rstrip().endswith("Action 0:")
+    assert runner.candidates() == [NAV, NAV]
+    rewards, dones, episodes = runner.step([0, 2])
+    second = runner.prompts()
+    assert "Action 0: turn left" in second[0] and second[0].endswith("Action 1:")
+    assert "Action 0: go forward" in second[1]
+    assert rewards.shape == (2,) and episodes == [None, None] and not dones.any()
+    # The schedule resumes after the episodes already started.
+    assert runner.state_dict()["episodes_started"] == [1, 1]
+    runner.close()
+
+
+def test_env_runner_reports_ended_episodes_and_restarts_history() -> None:
+    cfg = tiny_config()
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=1, seed=5)
+    runner.reset()
+    ended = None
+    for _ in range(200):  # turning in place never succeeds: the episode times out
+        _, dones, episodes = runner.step([0])
+        if dones[0]:
+            ended = episodes[0]
+            break
+    assert ended is not None and ended["success"] is False and ended["seed"] == 5
+    assert runner.prompts()[0].endswith("Action 0:")  # a fresh history
+    runner.close()
+
+
+def test_env_seeds_are_disjoint_between_ranks() -> None:
+    assert env_seed(1, 0) != env_seed(1, 1)
+    assert env_seed(1, 1) - env_seed(1, 0) >= 10**6
+    assert env_seed(2, 0) - env_seed(1, 0) >= 10**8
+
+
+@pytest.mark.parametrize(
+    "schedule,expected",
+    [("constant", [1.0, 1.0, 1.0, 1.0]), ("linear", [1.0, 0.75, 0.5, 0.25])],
+)
+def test_lr_factor(schedule: str, expected: list[float]) -> None:
+    ppo = PPOConfig(lr_schedule=schedule)
+    assert [lr_factor(u, ppo, 4) for u in range(4)] == pytest.approx(expected)
+
+
+def test_lr_factor_warmup_then_cosine() -> None:
+    ppo = PPOConfig(lr_schedule="cosine", warmup_updates=2)
+    factors = [lr_factor(u, ppo, 6) for u in range(6)]
+    assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert factors[4] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+def test_layout_checks_name_the_problem() -> None:
+    cfg = tiny_config()
+    cfg.env.num_envs = 3
+    with pytest.raises(SetupError, match="env.num_envs=3 is not divisible by the 2 processes"):
+        _check_layout(cfg, world=2)
+    _check_layout(cfg, world=1)
+    with pytest.raises(ValueError, match="minibatch_size"):
+        TrainingRunConfig(env=EnvConfig(num_envs=3), ppo=PPOConfig(frames_per_env=5))
+
+
+class _Saveable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def save_pretrained(self, path: Path) -> None:
+        path.mkdir(parents=True)
+        (path / "weights.json").write_text(json.dumps(self.linear.weight.tolist()))
+
+
+def test_checkpoint_files_are_pickle_free_and_restore_rng(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    model = _Saveable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: 0.5**u)
+    model.linear.weight.sum().backward()
+    optimizer.step()
+    scheduler.step()
+    (tmp_path / "checkpoints" / ".tmp-update_000003").mkdir(parents=True)  # a killed save
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+
+    def save(update: int) -> Path:
+        return save_checkpoint(
+            accelerator,
+            tmp_path,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            env_state={"seed": 7, "num_envs": 1, "episodes_started": [4]},
+            state=TrainerState(update=update, frames=10 * update),
+            config_yaml="a: 1\n",
+            keep=2,
+        )
+
+    for update in (1, 2, 3):
+        path = save(update)
+    assert path.name == "update_000003" and latest_checkpoint(tmp_path) == path
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "latest",
+        "update_000002",
+        "update_000003",
+    ]
+    assert policy_dir(tmp_path) == path / "policy"
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+
+    fresh_optimizer = torch.optim.AdamW(_Saveable().parameters(), lr=0.1)
+    fresh_scheduler = torch.optim.lr_scheduler.LambdaLR(fresh_optimizer, lambda u: 0.5**u)
+    state, env_state = load_training_state(
+        accelerator, path, optimizer=fresh_optimizer, scheduler=fresh_scheduler
+    )
+    assert (state.update, state.frames) == (3, 30)
+    assert env_state["episodes_started"] == [4]
+    assert fresh_scheduler.get_last_lr() == pytest.approx([0.05])
+    assert torch.equal(
+        fresh_optimizer.state_dict()["state"][0]["exp_avg"],
+        optimizer.state_dict()["state"][0]["exp_avg"],
+    )
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    # Saving the same update again keeps what is there.
+    before = (path / "trainer_state.json").stat().st_mtime_ns
+    save(3)
+    assert (path / "trainer_state.json").stat().st_mtime_ns == before
+
+
+def test_latest_pointer_to_a_missing_checkpoint_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "checkpoints" / "latest").write_text("update_000009\n")
+    with pytest.raises(FileNotFoundError, match="update_000009"):
+        latest_checkpoint(tmp_path)
+
+
+def _rollout_batch(cfg: TrainingRunConfig, accelerator: Accelerator):
+    from glam.policy.llm_policy import LLMActorCritic
+
+    torch.manual_seed(0)
+    policy = LLMActorCritic.from_config(cfg.model, cfg.policy, NAV)
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)
+    model, optimizer = accelerator.prepare(policy, optimizer)
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=cfg.env.num_envs, seed=0)
+    runner.reset()
+    buffer = RolloutBuffer(cfg.ppo.frames_per_env, cfg.env.num_envs)
+    stop = StopSignal()
+    try:
+        rollout = collect_rollout(model, runner, buffer, cfg, accelerator, stop)
+    finally:
+        stop.restore()
+    advantages, returns = compute_gae(
+        buffer.rewards, buffer.values, buffer.dones, rollout.last_values, gamma=0.99, gae_lambda=0.95
+    )
+    return model, optimizer, buffer, advantages, returns
+
+
+def test_bf16_rollout_first_ratio_is_exactly_one_with_recomputed_logprobs(
+    accelerator: Accelerator,
+) -> None:
+    cfg = tiny_config(autocast_bf16=True)
+    cfg.ppo = PPOConfig(frames_per_env=4, minibatch_size=8, epochs=1)
+    model, optimizer, buffer, advantages, returns = _rollout_batch(cfg, accelerator)
+    stored = buffer.logprobs.clone()
+    exact = ppo_update(
+        model, optimizer, buffer.transitions(advantages, returns), cfg.ppo, accelerator, True
+    )
+    assert exact["debug/first_ratio_deviation"] == 0.0
+    # The recomputed log-probs replaced the rollout's; they agree to bf16 precision.
+    assert torch.allclose(buffer.logprobs, stored, atol=5e-2)
+    assert math.isfinite(exact["losses/value"]) and exact["charts/epochs"] == 1.0

@@ -1,0 +1,283 @@
+"""scripts/train_language_agent.py as users run it: subprocesses with the `tiny` preset.
+
+Covers the run folder, checkpoints (peft adapter, pickle-free state), resume, SIGKILL mid-run,
+SIGTERM/SIGUSR1 preemption, a real two-process run over gloo, and bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "train_language_agent.py"
+FRAMES_PER_UPDATE = 64  # tiny preset: 4 envs x 16 frames
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run the script to completion with the tiny preset."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--config-name", "tiny", f"train.output_dir={run_dir}"]
+        + list(overrides),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
+def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """Start a long tiny run in the background."""
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--config-name", "tiny", f"train.output_dir={run_dir}"]
+        + ["train.total_frames=1000000", *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"run ended early:\n{process.stdout.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("timed out waiting for the run")
+        time.sleep(0.2)
+
+
+def metric_updates(run_dir: Path) -> list[int]:
+    lines = (run_dir / "metrics.csv").read_text().splitlines()[1:]
+    return [int(line.split(",")[0]) for line in lines]
+
+
+def latest_update(run_dir: Path) -> int:
+    pointer = run_dir / "checkpoints" / "latest"
+    return int(pointer.read_text().strip().split("_")[1]) if pointer.is_file() else 0
+
+
+def tree_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-update tiny run with a checkpoint after each update."""
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    result = train(run_dir, f"train.total_frames={2 * FRAMES_PER_UPDATE}", "train.save_every=1")
+    assert result.returncode == 0, result.stderr
+    assert "done: 128 frames in 2 updates" in result.stdout
+    return run_dir
+
+
+def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> None:
+    config = yaml.safe_load((finished_run / "config.yaml").read_text())
+    assert config["launch"]["world_size"] == 1
+    assert config["model"]["name_or_path"] == "tiny-random-llama"
+    assert config["train"]["output_dir"] == str(finished_run.resolve())
+    header = (finished_run / "metrics.csv").read_text().splitlines()[0].split(",")
+    for metric in (
+        "losses/policy",
+        "losses/value",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clip_fraction",
+        "losses/explained_variance",
+        "charts/success_rate",
+        "charts/episode_return",
+        "charts/episode_length",
+        "charts/rollout_fps",
+        "charts/update_fps",
+    ):
+        assert metric in header
+    assert metric_updates(finished_run) == [1, 2]
+    assert list((finished_run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (finished_run / "checkpoints" / "latest").read_text().strip() == "update_000002"
+
+
+def test_checkpoint_is_peft_format_and_pickle_free(finished_run: Path) -> None:
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from glam.models.loading import load_model
+    from glam.policy.llm_policy import LLMActorCritic
+
+    checkpoint = finished_run / "checkpoints" / "update_000002"
+    base, _ = load_model("tiny-random-llama")
+    adapted = PeftModel.from_pretrained(base, checkpoint / "policy" / "adapter")
+    assert any("lora_A" in name for name, _ in adapted.named_parameters())
+    assert load_file(checkpoint / "policy" / "heads.safetensors")
+    optimizer = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    assert optimizer["state"] and optimizer["param_groups"][0]["lr"] == pytest.approx(1e-3)
+    rng = torch.load(checkpoint / "rank_0" / "rng.pt", weights_only=True)
+    assert set(rng) >= {"python", "numpy", "torch"}
+    envs = json.loads((checkpoint / "rank_0" / "envs.json").read_text())
+    assert sum(envs["episodes_started"]) >= 4
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert (state["update"], state["frames"], state["world_size"]) == (2, 128, 1)
+    policy = LLMActorCritic.from_pretrained(checkpoint / "policy")
+    output = policy(["Possible action of the agent: turn left\nGoal of the agent: go\nAction 0:"])
+    assert output.logits.shape == (1, 3)
+
+
+def test_used_folder_is_not_overwritten_without_resume(finished_run: Path) -> None:
+    before = tree_digest(finished_run)
+    result = train(finished_run)
+    assert result.returncode == 2
+    assert "already holds a run" in result.stderr and "train.resume=true" in result.stderr
+    assert tree_digest(finished_run) == before
+
+
+def test_resume_continues_the_run(finished_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    envs_before = json.loads(
+        (run_dir / "checkpoints" / "update_000002" / "rank_0" / "envs.json").read_text()
+    )
+    result = train(run_dir, f"train.total_frames={4 * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stdout and "(update 2, frames 128)" in result.stdout
+    assert metric_updates(run_dir) == [1, 2, 3, 4]
+    assert latest_update(run_dir) == 4
+    envs_after = json.loads(
+        (run_dir / "checkpoints" / "update_000004" / "rank_0" / "envs.json").read_text()
+    )
+    # The seed schedule went on from where the checkpoint left it.
+    assert min(envs_after["episodes_started"]) > min(envs_before["episodes_started"])
+
+
+def test_resume_without_checkpoint_starts_fresh(tmp_path: Path) -> None:
+    result = train(tmp_path / "new", f"train.total_frames={FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 0, result.stderr
+    assert "no checkpoint: fresh start" in result.stdout
+    assert latest_update(tmp_path / "new") == 1
+
+
+def test_sigkill_mid_run_then_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    process = start(run_dir, "train.save_every=1")
+    wait_for(lambda: latest_update(run_dir) >= 2, process)
+    time.sleep(0.5)  # somewhere in the next rollout or update
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    saved = latest_update(run_dir)
+    checkpoint = run_dir / "checkpoints" / f"update_{saved:06d}"
+    assert (checkpoint / "trainer_state.json").is_file()  # `latest` names a complete one
+
+    target = saved + 1
+    result = train(run_dir, f"train.total_frames={target * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 0, result.stderr
+    assert f"(update {saved}, frames {saved * FRAMES_PER_UPDATE})" in result.stdout
+    assert metric_updates(run_dir) == list(range(1, target + 1))  # rows after the kill dropped
+    assert latest_update(run_dir) == target
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1])
+def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(
+    tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    run_dir = tmp_path / "preempted"
+    process = start(run_dir, "train.save_every=1000")
+    wait_for(lambda: (run_dir / "metrics.csv").is_file(), process)
+    process.send_signal(stop_signal)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    assert f"preempted by {stop_signal.name}: checkpoint saved at update" in output
+    updates = metric_updates(run_dir)
+    assert latest_update(run_dir) == updates[-1] >= 1
+
+
+def test_two_processes_over_gloo(tmp_path: Path) -> None:
+    run_dir = tmp_path / "two"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
+            "--num_processes",
+            "2",
+            str(SCRIPT),
+            "--config-name",
+            "tiny",
+            f"train.output_dir={run_dir}",
+            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
+            "train.save_every=1",
+            "train.cpu=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 process(es) (MULTI_CPU, cpu)" in result.stdout
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["launch"]["world_size"] == 2 and config["launch"]["envs_per_process"] == 2
+    assert metric_updates(run_dir) == [1, 2]
+    checkpoint = run_dir / "checkpoints" / "update_000002"
+    seeds = [
+        json.loads((checkpoint / f"rank_{rank}" / "envs.json").read_text())["seed"]
+        for rank in (0, 1)
+    ]
+    assert seeds[0] != seeds[1]
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "overrides,status,message",
+    [
+        (["ppo.lrr=0.1"], 1, "Key 'lrr' not in 'PPOConfig'"),
+        (["env.name=BabyAI-NoSuchLevel-v0"], 2, "unknown BabyAI level id 'BabyAI-NoSuchLevel-v0'"),
+        (["model.name_or_path=/no/such/model"], 2, "could not resolve model spec"),
+        (["ppo.gamma=1.5"], 1, "ppo.gamma must be in [0, 1]"),
+    ],
+)
+def test_bad_input_fails_clearly(
+    tmp_path: Path, overrides: list[str], status: int, message: str
+) -> None:
+    result = train(tmp_path / "bad", *overrides)
+    assert result.returncode == status, result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "bad" / "checkpoints").exists()
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(finished_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "nan"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    before = tree_digest(run_dir / "checkpoints")
+    # A huge learning rate sends the weights to infinity within the first update.
+    result = train(
+        run_dir,
+        "train.resume=true",
+        f"train.total_frames={8 * FRAMES_PER_UPDATE}",
+        "ppo.lr=1e30",
+    )
+    assert result.returncode == 3, result.stderr
+    assert "NaN" in result.stderr and "update_000002" in result.stderr
+    assert tree_digest(run_dir / "checkpoints") == before
