@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.glam-installed
 
-.PHONY: demo test install lint format clean
+.PHONY: demo test test-fast install lint format clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest tests
+
+# The suite without the real-SLURM tests (about two minutes shorter).
+test-fast: install
+	$(PY) -m pytest tests -m "not slurm"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
