@@ -12,6 +12,7 @@ episodes ended count little.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 from pathlib import Path
@@ -21,15 +22,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from glam.ppo.logger import read_metrics  # noqa: E402
-
 PANELS = (
     ("charts/success_rate", "success rate", True),
-    ("charts/episode_return", "episode return (scaled reward)", True),
+    ("charts/episode_return", "episode return (BabyAI reward)", True),
     ("losses/entropy", "policy entropy", False),
     ("losses/value", "value loss", False),
 )
 """(metric, axis label, weighted by episodes)."""
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    """The rows of `RUN_DIR/metrics.csv` as floats (NaN for blanks: no episode ended).
+
+    Read here rather than through `glam.ppo.logger.read_metrics` so that plotting never imports
+    torch and transformers (seconds saved, and it works in a plotting-only environment).
+    """
+    with (run_dir / "metrics.csv").open(newline="") as file:
+        return [
+            {key: float(value) if value != "" else math.nan for key, value in row.items()}
+            for row in csv.DictReader(file)
+        ]
 
 
 def moving_average(values: list[float], weights: list[float], window: int) -> list[float]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset, load_from_disk
+from helpers_tiny import tiny_tokenizer
 
 import babyai_text
 from babyai_text.levels import TASK_TYPES
@@ -193,3 +194,12 @@ def test_collect_script_writes_a_loadable_dataset_and_refuses_bad_input(tmp_path
     assert unsupported.returncode == 2 and "cannot solve" in unsupported.stderr
     assert "Traceback" not in unsupported.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_chat_format_demos_wrap_the_glam_prompt_in_the_template() -> None:
+    config = DemosConfig(episodes=2, prompt_format="chat", chat_model="tiny", nbr_obs=2)
+    records, _ = collect_bot_demos(config, tokenizer=tiny_tokenizer())
+    glam_records, _ = collect_bot_demos(DemosConfig(episodes=2, nbr_obs=2))
+    for chat, glam in zip(records, glam_records, strict=True):
+        assert chat.prompt.startswith("<s>user\n") and chat.prompt.endswith("<s>assistant\n")
+        assert glam.prompt in chat.prompt and chat.action == glam.action

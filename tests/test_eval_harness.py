@@ -115,6 +115,22 @@ def test_evaluate_writes_every_report(tmp_path) -> None:
     assert len(paths["episodes"].read_text().splitlines()) == 10
 
 
+def test_unknown_level_or_missing_bc_fail_before_any_episode(tmp_path) -> None:
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="random"),
+        eval=EvalConfig(level="BabyAI-Nowhere-v0", output_dir=str(tmp_path)),
+    )
+    with pytest.raises(ValueError, match="unknown level id.*BabyAI-Nowhere-v0"):
+        evaluate(cfg)
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="bc", path=str(tmp_path / "no_bc")),
+        eval=EvalConfig(output_dir=str(tmp_path)),
+    )
+    with pytest.raises(FileNotFoundError, match="no_bc"):
+        evaluate(cfg)
+    assert not (tmp_path / "results.json").exists()
+
+
 def _fake(label: str, level: str, rates: dict[str, float]) -> dict:
     return {
         "label": label,

@@ -52,7 +52,9 @@ def tiny_config(**model_overrides: object) -> TrainingRunConfig:
             **model_overrides,
         ),
         policy=PolicyConfig(value_hidden_sizes=[32], value_activation="tanh"),
-        env=EnvConfig(name="BabyAI-GoToRedBallNoDists-v0", num_envs=4, nbr_obs=2, action_space="nav"),
+        env=EnvConfig(
+            name="BabyAI-GoToRedBallNoDists-v0", num_envs=4, nbr_obs=2, action_space="nav"
+        ),
         ppo=PPOConfig(frames_per_env=8, minibatch_size=16, epochs=1),
         train=TrainConfig(total_frames=64),
     )
@@ -217,7 +219,12 @@ def _rollout_batch(cfg: TrainingRunConfig, accelerator: Accelerator):
     finally:
         stop.restore()
     advantages, returns = compute_gae(
-        buffer.rewards, buffer.values, buffer.dones, rollout.last_values, gamma=0.99, gae_lambda=0.95
+        buffer.rewards,
+        buffer.values,
+        buffer.dones,
+        rollout.last_values,
+        gamma=0.99,
+        gae_lambda=0.95,
     )
     return model, optimizer, buffer, advantages, returns
 

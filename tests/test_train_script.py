@@ -267,7 +267,9 @@ def test_bad_input_fails_clearly(
     assert not (tmp_path / "bad" / "checkpoints").exists()
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(finished_run: Path, tmp_path: Path) -> None:
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
+    finished_run: Path, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "nan"
     subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
     before = tree_digest(run_dir / "checkpoints")

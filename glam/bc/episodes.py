@@ -27,6 +27,7 @@ def greedy_success_rate(
     seed_base: int,
     nbr_obs: int,
     action_space: str | None = None,
+    prompt_format: str = "glam",
     normalization: str = "sum",
     num_envs: int = 8,
     label: str = "model",
@@ -34,10 +35,11 @@ def greedy_success_rate(
 ) -> dict[str, float]:
     """Play `episodes` episodes (seeds `seed_base + k`) taking the highest-scored action.
 
-    Returns `success_rate`, its 95% Wilson interval (`ci_low`, `ci_high`), `mean_return`,
+    Prompts are rendered in `prompt_format` (`glam`, or `chat` with the tokenizer's template) and
+    scored with `normalization`, as in the demonstrations. Returns `success_rate`, its 95% Wilson interval (`ci_low`, `ci_high`), `mean_return`,
     `mean_length` and `episodes`.
     """
-    from glam.eval.agents import ScoringAgent
+    from glam.eval.agents import FormattedHistory, ScoringAgent
     from glam.eval.episodes import run_suite
     from glam.eval.stats import summarize
     from glam.eval.suites import Suite
@@ -48,7 +50,12 @@ def greedy_success_rate(
 
     was_training = model.training
     model.eval()
-    agent = ScoringAgent(label, score, greedy=True)
+    agent = ScoringAgent(
+        label,
+        score,
+        greedy=True,
+        history_factory=lambda nbr_obs: FormattedHistory(nbr_obs, prompt_format, tokenizer),
+    )
     suite = Suite("no_change", "the training set-up, unchanged", action_space=action_space)
     run = run_suite(
         agent,

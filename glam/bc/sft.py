@@ -280,6 +280,7 @@ class BCResult:
 
 
 def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
+    """TRL's settings from glam's: AdamW, schedule, batch, completion-only loss, no checkpoints."""
     bc, model = run.bc, run.model
     eval_strategy = "steps" if bc.eval_steps else "no"
     return SFTConfig(
@@ -367,7 +368,9 @@ def train_bc(run: BCRunConfig) -> BCResult:
         for name in ("loss", "action_accuracy"):
             metrics[f"eval/{name_prefix}{name}"] = found[f"{key_prefix}_{name}"]
         if bc.success_episodes and trainer.is_world_process_zero():
-            success = _success_rate(trainer.model, tokenizer, run, success_level, nbr_obs, space)
+            success = _success_rate(
+                trainer.model, tokenizer, run, success_level, collected_with, space
+            )
             metrics.update({f"eval/{name_prefix}{key}": value for key, value in success.items()})
 
     if bc.eval_before_training:
@@ -401,7 +404,7 @@ def _success_rate(
     tokenizer: PreTrainedTokenizerBase,
     run: BCRunConfig,
     level: str,
-    nbr_obs: int,
+    collected_with: dict[str, Any],
     space: ActionSpace,
 ) -> dict[str, float]:
     from glam.bc.episodes import greedy_success_rate
@@ -414,8 +417,9 @@ def _success_rate(
             level=level,
             episodes=bc.success_episodes,
             seed_base=bc.success_seed,
-            nbr_obs=nbr_obs,
+            nbr_obs=int(collected_with.get("nbr_obs", 3)),
             action_space=space.name,
+            prompt_format=str(collected_with.get("prompt_format", "glam")),
             normalization=bc.normalization,
             num_envs=bc.score_batch_size,
             on_episode_end=lambda _: bar.update(),

@@ -58,13 +58,25 @@ def _fmt_rate(record: Mapping[str, Any]) -> str:
     return f"{record['success_rate']:.3f} [{record['ci_low']:.3f}, {record['ci_high']:.3f}]"
 
 
+def _actions_text(results: Mapping[str, Any]) -> str:
+    protocol = results["protocol"]
+    if protocol == "generation":
+        return "actions generated greedily (BALROG protocol, invalid answers -> go forward)"
+    if protocol in ("random", "bot"):
+        return {"random": "uniformly random actions", "bot": "BabyAI's bot"}[protocol]
+    return (
+        "greedy actions (policy argmax)"
+        if results["eval"]["greedy"]
+        else "actions sampled from the policy"
+    )
+
+
 def _results_markdown(results: Mapping[str, Any]) -> str:
     lines = [
         f"# Evaluation: {results['label']}",
         "",
-        f"Seeds {results['seed_base']} + (0 .. episodes-1); "
-        f"{'greedy' if results['eval']['greedy'] else 'sampled'} actions; success with its "
-        "95% Wilson interval.",
+        f"Seeds {results['seed_base']} + (0 .. episodes-1); {_actions_text(results)}; "
+        "success with its 95% Wilson interval.",
         "",
         "| suite | level | success [95% CI] | mean return | mean length | episodes |",
         "|---|---|---|---|---|---|",
@@ -74,6 +86,13 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
             f"| {name} | {record['level']} | {_fmt_rate(record)} | {record['mean_return']:.3f} "
             f"| {record['mean_length']:.1f} | {record['episodes']} |"
         )
+    if results["protocol"] == "generation":
+        lines.append("")
+        for name, record in results["suites"].items():
+            lines.append(
+                f"{name}: {100 * record['invalid_action_rate']:.1f}% of the answers were not an "
+                "action (replaced by go forward)."
+            )
     lines += ["", "## Per task type", ""]
     lines += ["| suite | task type | success [95% CI] | mean length | episodes |"]
     lines.append("|---|---|---|---|---|")

@@ -57,6 +57,10 @@ class TinyModelSpec:
     intermediate_size: int = 128
     num_layers: int = 2
     num_heads: int = 4
+    initializer_range: float = 0.1
+    """Std of the Llama weights at init. Hugging Face's 0.02 gives a random model whose scores
+    hardly depend on the prompt (std 0.002 across prompts), so PPO first has to grow the weights
+    before it can learn anything; 0.1 starts near-uniform yet context-dependent."""
     seed: int = 0
     """Seed of the weight initialisation."""
 
@@ -99,6 +103,7 @@ def build_tiny_model(
             num_key_value_heads=spec.num_heads,
             max_position_embeddings=1024,
             tie_word_embeddings=False,
+            initializer_range=spec.initializer_range,
             bos_token_id=2,
             **common,
         )

@@ -1,0 +1,59 @@
+"""scripts/plot_learning_curve.py on a hand-written metrics.csv."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from plot_learning_curve import moving_average  # noqa: E402
+
+
+def test_moving_average_weights_by_episodes_and_skips_blanks() -> None:
+    values = [0.0, math.nan, 1.0, 0.5]
+    weights = [1.0, 0.0, 3.0, 1.0]
+    smoothed = moving_average(values, weights, window=2)
+    assert smoothed[0] == 0.0
+    assert smoothed[1] == 0.0  # the blank point (no episode ended) adds nothing
+    assert smoothed[2] == pytest.approx(1.0)
+    assert smoothed[3] == pytest.approx((3 * 1.0 + 1 * 0.5) / 4)
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    header = "update,frames,elapsed_seconds,charts/episodes,charts/success_rate,"
+    header += "charts/episode_return,losses/entropy,losses/value"
+    rows = [
+        f"{u},{64 * u},{u},{u % 3},{'' if u % 3 == 0 else u / 10},0.5,1.0,0.2" for u in range(1, 9)
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join([header, *rows]) + "\n")
+    out = tmp_path / "curve.png"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "plot_learning_curve.py"),
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_plot_refuses_a_folder_without_metrics(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "plot_learning_curve.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "has no metrics.csv" in result.stderr
