@@ -144,9 +144,6 @@ class CandidateTokens:
     def max_candidates(self) -> int:
         return int(self.counts.max())
 
-    def to(self, device: torch.device) -> CandidateTokens:
-        return CandidateTokens(**{k: v.to(device) for k, v in vars(self).items()})
-
 
 def _separator(prompt: str) -> str:
     return "" if not prompt or prompt[-1].isspace() else " "

@@ -160,3 +160,24 @@ class EnvRunner:
     def close(self) -> None:
         """Close the environments."""
         self.envs.close()
+
+
+@torch.no_grad()
+def play_episodes(
+    policy: torch.nn.Module, runner: EnvRunner, *, greedy: bool = False
+) -> list[dict[str, Any]]:
+    """Play the next episode of every env of `runner` with `policy`; return their stats.
+
+    A quick check of a policy on a fixed set of seeds (those of `runner`'s schedule), used by
+    the learning test; `glam.eval` is the full evaluation harness.
+    """
+    runner.reset()
+    results: list[dict[str, Any] | None] = [None] * runner.num_envs
+    while any(result is None for result in results):
+        output = policy(runner.prompts(), runner.candidates())
+        actions = output.logits.argmax(-1) if greedy else output.dist.sample()
+        _, _, episodes = runner.step(actions.tolist())
+        for i, episode in enumerate(episodes):
+            if episode is not None and results[i] is None:
+                results[i] = episode
+    return results  # type: ignore[return-value]
