@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -76,6 +77,9 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        # Other work on the machine slows every figure: the load says how busy it was.
+        "load_average_1min": os.getloadavg()[0],
     }
     if torch.cuda.is_available() and accelerator.device.type == "cuda":
         result["cuda_peak_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20

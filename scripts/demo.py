@@ -57,7 +57,7 @@ def show_one_step() -> None:
     probs = out.dist.probs[0]
     print("[demo] prompt:\n" + "\n".join("    " + line for line in prompt.splitlines()))
     print(f"[demo] policy ({seconds:.2f} s to score 6 actions), value {out.values[0]:.3f}:")
-    for word, p in zip(env.action_words, probs.tolist()):
+    for word, p in zip(env.action_words, probs.tolist(), strict=True):
         print(f"    {word:<12} {p:6.3f}")
 
 
@@ -99,11 +99,17 @@ def main() -> int:
         print(f"[demo] training failed with exit status {status}", file=sys.stderr)
         return status
     row = last_row(run_dir / "metrics.csv")
-    print(f"[demo] trained {row['frames']} frames in {row['update']} PPO updates, "
-          f"{time.perf_counter() - start:.0f} s in all. Last update:")
+    print(
+        f"[demo] trained {row['frames']} frames in {row['update']} PPO updates, "
+        f"{time.perf_counter() - start:.0f} s in all. Last update:"
+    )
     for key, label in SHOWN:
         value = float(row[key]) if row.get(key) not in (None, "") else math.nan
-        print(f"    {label:<32} {value:10.4f}" if not math.isnan(value) else f"    {label:<32}  (none)")
+        print(
+            f"    {label:<32} {value:10.4f}"
+            if not math.isnan(value)
+            else f"    {label:<32}  (none)"
+        )
     print(f"[demo] run folder: {run_dir} (config.yaml, metrics.csv, tensorboard/, checkpoints/)")
     print(f"[demo] plot it: python scripts/plot_learning_curve.py {run_dir}")
     return 0

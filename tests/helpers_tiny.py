@@ -7,9 +7,9 @@ the models are drawn from a config with a fixed seed. Import from any test:
     from helpers_tiny import one_torch_thread, tiny_causal_lm, tiny_seq2seq_lm, tiny_tokenizer
 
 (`one_torch_thread` is an autouse fixture: importing it into a test module applies it there.)
-The weights are drawn with a large initialiser range so that log-probabilities depend strongly on
-the context: with the usual 0.02 a tiny model is almost uniform, and a test comparing two scorers
-could not see an off-by-one position.
+The causal models are drawn with a large initialiser range (0.5) so that log-probabilities depend
+strongly on the context: with the usual 0.02 a tiny model is almost uniform, and a test comparing
+two scorers could not see an off-by-one position. (T5's own initialisation is already spread.)
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from helpers_tiny import save_tiny_model
 from glam.config import ModelConfig, PolicyConfig
 from glam.eval.agents import ActRequest, ScoringAgent
 from glam.eval.builders import agent_label, build_agent
-from glam.eval.config import AgentConfig
+from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.episodes import run_suite
 from glam.eval.generation import GenerationAgent
+from glam.eval.harness import evaluate
 from glam.eval.suites import SUITES
 from glam.models.loading import load_model
 from glam.policy.llm_policy import LLMActorCritic
@@ -91,6 +92,7 @@ def test_checkpoint_agent_from_run_checkpoint_or_policy_folder(
     checkpoint = run_dir / "checkpoints" / "update_000002"
     policy = _save_policy(tiny_folder, checkpoint / "policy")
     (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "config.yaml").write_text("env:\n  nbr_obs: 1\n  action_space: nav\n")
     (run_dir / "checkpoints" / "latest").write_text("update_000002\n")
 
     prompts = [_play(build_agent(AgentConfig(kind="random"), greedy=True)).example_prompt]
@@ -102,6 +104,19 @@ def test_checkpoint_agent_from_run_checkpoint_or_policy_folder(
         agent = build_agent(cfg, greedy=True)
         assert [d.action for d in agent.act(_request(prompts))] == expected
     assert len(_play(agent, suite="renamed_actions").episodes) == 2
+
+    # The run's own prompt length and action space are used unless the config says otherwise.
+    assert (agent.trained_nbr_obs, agent.trained_action_space) == (1, "nav")
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="checkpoint", path=str(run_dir)),
+        eval=EvalConfig(
+            episodes=2, max_steps=3, output_dir=str(tmp_path / "eval"), progress_bar=False
+        ),
+    )
+    results, _ = evaluate(cfg)
+    assert (results["nbr_obs"], results["action_space"]) == (1, "nav")
+    prompt = results["suites"]["no_change"]["example_prompt"]
+    assert prompt.startswith("Possible action of the agent: turn left, turn right, go forward\n")
 
 
 def test_missing_or_empty_checkpoint_is_a_clear_error(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     _check_layout,
+    build_policy,
     collect_rollout,
     lr_factor,
     ppo_update,
@@ -128,6 +129,17 @@ def test_layout_checks_name_the_problem() -> None:
     _check_layout(cfg, world=1)
     with pytest.raises(ValueError, match="minibatch_size"):
         TrainingRunConfig(env=EnvConfig(num_envs=3), ppo=PPOConfig(frames_per_env=5))
+
+
+def test_missing_model_and_bad_values_are_clear_errors() -> None:
+    cfg = tiny_config()
+    cfg.model.name_or_path = "/no/such/model"
+    with pytest.raises(SetupError, match="model.name_or_path='/no/such/model': could not resolve"):
+        build_policy(cfg, None)
+    with pytest.raises(ValueError, match=r"ppo.gamma must be in \[0, 1\]"):
+        PPOConfig(gamma=1.5)
+    with pytest.raises(ValueError, match="env.num_envs must be > 0"):
+        EnvConfig(num_envs=0)
 
 
 class _Saveable(nn.Module):

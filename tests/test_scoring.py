@@ -19,6 +19,7 @@ from glam.policy.adapters import enable_gradient_checkpointing
 from glam.policy.prompts import chat_prompt, glam_prompt
 from glam.scoring import (
     model_kind,
+    pack_rows,
     prompt_hidden_states,
     score_actions,
     score_actions_naive,
@@ -38,8 +39,9 @@ PROMPTS = [
     glam_prompt("go to the red ball", ACTION_WORDS, OBSERVATIONS, ["turn left", "go forward"]),
     glam_prompt("pick up the blue key", ACTION_WORDS, OBSERVATIONS[:1], []),
     glam_prompt("open the yellow door", ACTION_WORDS, OBSERVATIONS[1:], ["toggle"]),
+    glam_prompt("go to the red box", ACTION_WORDS[:3], [[]], []),
 ]
-CANDIDATES = [ACTION_WORDS, ["pick up", "turn left"], ["toggle", "drop", "go forward"]]
+CANDIDATES = [ACTION_WORDS, ["pick up", "turn left"], ["toggle", "drop", "go forward"], ["drop"]]
 
 BUILDERS = {
     "llama": lambda: tiny_causal_lm("llama"),
@@ -66,7 +68,7 @@ def test_packed_scores_equal_naive_forward(tiny, padding_side):
     with torch.no_grad():
         packed = score_actions(model, tokenizer, PROMPTS, CANDIDATES)
         naive = score_actions_naive(model, tokenizer, PROMPTS, CANDIDATES)
-    assert [len(s) for s in packed] == [6, 2, 3]
+    assert [len(s) for s in packed] == [6, 2, 3, 1]
     assert max_difference(packed, naive) < TOLERANCE
     # The check means something only if candidates' scores are far apart.
     assert float(packed[0].max() - packed[0].min()) > 1.0
@@ -173,12 +175,40 @@ def test_prompt_hidden_state_is_the_last_prompt_token_or_first_decoder_position(
     torch.testing.assert_close(from_prompt_pass, torch.stack(expected), atol=TOLERANCE, rtol=0)
 
 
+def test_pack_rows_shares_rows_without_overlap_or_overflow():
+    lengths = torch.tensor([5, 2, 9, 3, 4, 0])
+    for side in ("left", "right"):
+        packing = pack_rows(lengths, side)
+        # First fit, longest first: [9, 0] | [5, 4] | [3, 2], rows as long as the longest.
+        assert packing.width == 9 and packing.num_rows == 3 and packing.groups_per_row == 2
+        assert packing.row.tolist() == [1, 2, 0, 2, 1, 0]
+        occupied = torch.zeros(packing.num_rows, packing.width, dtype=torch.int)
+        for i, length in enumerate(lengths.tolist()):
+            start = int(packing.offset[i])
+            assert start >= 0 and start + length <= packing.width
+            occupied[packing.row[i], start : start + length] += 1
+        assert int(occupied.max()) == 1 and int(occupied.sum()) == int(lengths.sum())
+        groups = {(int(r), int(g)) for r, g in zip(packing.row, packing.group, strict=True)}
+        assert len(groups) == len(lengths)  # each prompt owns its own block of slots
+    # The free columns of row [3, 2] come after its prompts (right) or before them (left).
+    assert pack_rows(lengths, "right").offset[[3, 1]].tolist() == [0, 3]
+    assert pack_rows(lengths, "left").offset[[3, 1]].tolist() == [4, 7]
+
+
+def test_the_test_batch_shares_rows():
+    """The exactness tests above only cover row sharing if the test prompts do share rows."""
+    _, tokenizer = tiny_causal_lm("llama")
+    tokens = tokenize_candidates(tokenizer, PROMPTS, CANDIDATES, encoder_decoder=False)
+    packing = pack_rows(tokens.prompt_lengths - 1)
+    assert packing.num_rows < len(PROMPTS) and packing.groups_per_row == 2
+
+
 def test_padded_rectangle_marks_missing_candidates():
     model, tokenizer = tiny_causal_lm("gpt2")
     with torch.no_grad():
         result = score_candidates(model, tokenizer, PROMPTS, CANDIDATES)
-    assert result.scores.shape == (3, 6)
-    assert result.mask.sum(1).tolist() == [6, 2, 3]
+    assert result.scores.shape == (4, 6)
+    assert result.mask.sum(1).tolist() == [6, 2, 3, 1]
     assert torch.isneginf(result.scores[~result.mask]).all()
     assert torch.isfinite(result.scores[result.mask]).all()
 
@@ -298,7 +328,11 @@ def embedded():
 @pytest.mark.slow
 def test_embedded_model_packed_equals_naive_with_and_without_grad(embedded):
     model, tokenizer = embedded
-    prompts, candidates = PROMPTS[1:], CANDIDATES[1:]  # ragged: 2 and 3 actions
+    # Ragged (2, 2 and 1 actions), and the two short prompts share a row.
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    candidates = [["go forward", "turn right"], CANDIDATES[1], CANDIDATES[3]]
+    tokens = tokenize_candidates(tokenizer, prompts, candidates, encoder_decoder=False)
+    assert pack_rows(tokens.prompt_lengths - 1).num_rows == 2
     # Grad enabled, but only through the final norm, so the backward passes stay cheap.
     model.requires_grad_(False)
     norm = model.model.norm.weight

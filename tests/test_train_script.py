@@ -254,8 +254,6 @@ def test_two_processes_over_gloo(tmp_path: Path) -> None:
     [
         (["ppo.lrr=0.1"], 1, "Key 'lrr' not in 'PPOConfig'"),
         (["env.name=BabyAI-NoSuchLevel-v0"], 2, "unknown BabyAI level id 'BabyAI-NoSuchLevel-v0'"),
-        (["model.name_or_path=/no/such/model"], 2, "could not resolve model spec"),
-        (["ppo.gamma=1.5"], 1, "ppo.gamma must be in [0, 1]"),
     ],
 )
 def test_bad_input_fails_clearly(
@@ -283,3 +281,56 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
     assert result.returncode == 3, result.stderr
     assert "NaN" in result.stderr and "update_000002" in result.stderr
     assert tree_digest(run_dir / "checkpoints") == before
+
+
+def _deepspeed_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(
+    not _deepspeed_available(), reason="needs deepspeed (pip install 'glam[deepspeed]')"
+)
+@pytest.mark.parametrize("layout", ["zero2", "zero3"])
+def test_deepspeed_run_saves_a_loadable_adapter(tmp_path: Path, layout: str) -> None:
+    from safetensors.torch import load_file
+
+    run_dir = tmp_path / layout
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "configs" / "accelerate" / f"{layout}.yaml"),
+            "--num_processes",
+            "1",
+            str(SCRIPT),
+            "--config-name",
+            "tiny",
+            f"train.output_dir={run_dir}",
+            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
+            "train.save_every=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DEEPSPEED" in result.stdout
+    adapter = load_file(
+        run_dir
+        / "checkpoints"
+        / "update_000002"
+        / "policy"
+        / "adapter"
+        / "adapter_model.safetensors"
+    )
+    # Gathered, not the empty shards ZeRO-3 leaves on each process; LoRA B moved from zero.
+    assert all(tensor.numel() > 0 for tensor in adapter.values())
+    assert any("lora_B" in name and tensor.abs().sum() > 0 for name, tensor in adapter.items())

@@ -12,6 +12,10 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from glam.eval.agents import FormattedHistory, ScoringAgent
+from glam.eval.episodes import run_suite
+from glam.eval.stats import summarize
+from glam.eval.suites import Suite
 from glam.scoring import score_actions
 
 __all__ = ["greedy_success_rate"]
@@ -35,14 +39,10 @@ def greedy_success_rate(
 ) -> dict[str, float]:
     """Play `episodes` episodes (seeds `seed_base + k`) taking the highest-scored action.
 
-    Prompts are rendered in `prompt_format` (`glam`, or `chat` with the tokenizer's template) and
-    scored with `normalization`, as in the demonstrations. Returns `success_rate`, its 95% Wilson interval (`ci_low`, `ci_high`), `mean_return`,
-    `mean_length` and `episodes`.
+    Prompts are rendered in `prompt_format` (`glam`, or `chat` with the tokenizer's template)
+    and scored with `normalization`, as in the demonstrations. Returns `success_rate`, its 95%
+    Wilson interval (`ci_low`, `ci_high`), `mean_return`, `mean_length` and `episodes`.
     """
-    from glam.eval.agents import FormattedHistory, ScoringAgent
-    from glam.eval.episodes import run_suite
-    from glam.eval.stats import summarize
-    from glam.eval.suites import Suite
 
     def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
         candidates = [list(action_words)] * len(prompts)

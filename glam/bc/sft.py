@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from tqdm.auto import tqdm
+from rich.progress import Progress, track
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 from trl import SFTConfig, SFTTrainer
 
@@ -90,7 +90,7 @@ def action_accuracy(
     model.eval()
     correct = 0
     starts = range(0, len(held_out), batch_size)
-    for start in tqdm(starts, desc="action accuracy", disable=not progress, leave=False):
+    for start in track(starts, "action accuracy", disable=not progress, transient=True):
         prompts = held_out.prompts[start : start + batch_size]
         candidates = [list(held_out.action_words)] * len(prompts)
         scores = torch.stack(  # (batch, actions)
@@ -410,7 +410,8 @@ def _success_rate(
     from glam.bc.episodes import greedy_success_rate
 
     bc = run.bc
-    with tqdm(total=bc.success_episodes, desc="episodes", disable=not bc.progress) as bar:
+    with Progress(disable=not bc.progress, transient=True) as bar:
+        task = bar.add_task("greedy episodes", total=bc.success_episodes)
         summary = greedy_success_rate(
             model,
             tokenizer,
@@ -422,7 +423,7 @@ def _success_rate(
             prompt_format=str(collected_with.get("prompt_format", "glam")),
             normalization=bc.normalization,
             num_envs=bc.score_batch_size,
-            on_episode_end=lambda _: bar.update(),
+            on_episode_end=lambda _: bar.advance(task),
         )
     keys = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length")
     return {f"{'success_' if key.startswith('ci') else ''}{key}": summary[key] for key in keys}

@@ -97,6 +97,10 @@ class Agent(ABC):
 
     name: str = "agent"
     """Label of the agent in reports."""
+    trained_nbr_obs: int | None = None
+    """Observations per prompt the agent was trained with, when known."""
+    trained_action_space: str | None = None
+    """Action space the agent was trained with, when known."""
 
     def new_history(self, nbr_obs: int) -> History:
         """A fresh prompt history for a new episode (GLAM's prompt format by default)."""

@@ -83,9 +83,22 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         return policy(prompts, [list(action_words)] * len(prompts)).logits
 
     history = _history_factory(policy.policy_cfg.prompt_format, policy.tokenizer)
-    return ScoringAgent(
+    agent = ScoringAgent(
         agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
     )
+    agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder)
+    return agent
+
+
+def _training_env(policy_folder: Path) -> tuple[int | None, str | None]:
+    """`env.nbr_obs` and `env.action_space` of the run that wrote a checkpoint, if recorded."""
+    run_config = policy_folder.parent / "config.yaml"  # next to policy/ in a checkpoint
+    if not run_config.is_file():
+        return None, None
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.load(run_config).get("env") or {}
+    return env.get("nbr_obs"), env.get("action_space")
 
 
 def _is_saved_policy(path: Path) -> bool:
@@ -98,6 +111,7 @@ def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     from glam.scoring import score_candidates
 
     prompt_format, normalization = cfg.prompt_format, cfg.normalization
+    trained: tuple[int | None, str | None] = (None, None)
     if cfg.kind == "bc":
         from glam.bc.policy import load_bc_policy, read_bc_policy_info
 
@@ -107,6 +121,7 @@ def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         model, tokenizer = load_bc_policy(cfg.path, dtype=cfg.dtype, merge=True)
         # Score the way it was cloned: the same prompt format and normalisation.
         prompt_format, normalization = info.prompt_format, info.normalization
+        trained = (info.nbr_obs, info.action_space)
     else:
         from glam.models.loading import load_model
 
@@ -117,18 +132,21 @@ def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     if cfg.protocol == "generation":
         from glam.eval.generation import GenerationAgent
 
-        return GenerationAgent(
+        agent: Agent = GenerationAgent(
             name, model, tokenizer, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size
         )
+    else:
 
-    def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
-        candidates = [list(action_words)] * len(prompts)
-        return score_candidates(model, tokenizer, prompts, candidates, normalization).scores
+        def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
+            candidates = [list(action_words)] * len(prompts)
+            return score_candidates(model, tokenizer, prompts, candidates, normalization).scores
 
-    history = _history_factory(prompt_format, tokenizer)
-    return ScoringAgent(
-        name, score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
-    )
+        history = _history_factory(prompt_format, tokenizer)
+        agent = ScoringAgent(
+            name, score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
+        )
+    agent.trained_nbr_obs, agent.trained_action_space = trained
+    return agent
 
 
 def _history_factory(

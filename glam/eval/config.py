@@ -97,8 +97,12 @@ class EvalConfig:
     """Environments stepped together (one batched model call per step)."""
     seed: int = 0
     """Evaluation seed; episodes use seeds from `10**9 + seed * 10**6` on (never training's)."""
-    nbr_obs: int = 3
-    """Observations kept in the prompt (with the actions between them), as in training."""
+    nbr_obs: int | None = None
+    """Observations kept in the prompt (with the actions between them); None: the agent's own
+    (a checkpoint's `env.nbr_obs`, a BC folder's), else 3."""
+    action_space: str | None = None
+    """Action space of the suites that keep it; None: the one the agent was trained with (a
+    checkpoint's `env.action_space`, a BC folder's), else the level's default."""
     greedy: bool = False
     """Take the most likely action instead of sampling from the policy."""
     max_steps: int | None = None
@@ -115,8 +119,10 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if not 0 < self.episodes <= SEEDS_PER_RUN:
             raise ValueError(f"eval.episodes must be in [1, {SEEDS_PER_RUN}], got {self.episodes}")
-        if self.num_envs < 1 or self.nbr_obs < 1 or self.torch_threads < 0:
-            raise ValueError("eval.num_envs and eval.nbr_obs must be >= 1, torch_threads >= 0")
+        if self.num_envs < 1 or (self.nbr_obs is not None and self.nbr_obs < 1):
+            raise ValueError("eval.num_envs and eval.nbr_obs must be >= 1")
+        if self.torch_threads < 0:
+            raise ValueError(f"eval.torch_threads must be >= 0, got {self.torch_threads}")
         if self.seed < 0:
             raise ValueError(f"eval.seed must be >= 0, got {self.seed}")
         if self.max_steps is not None and self.max_steps < 1:

@@ -9,7 +9,7 @@ play stop being stepped: no extra episode is started, none is counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,6 @@ class SuiteRun:
     """Prompts the suite's rewrite changed."""
     example_prompt: str = ""
     """The first prompt the agent read, after the rewrite."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_suite(
@@ -62,6 +61,7 @@ def run_suite(
     num_envs: int,
     seed_base: int,
     nbr_obs: int,
+    action_space: str | None = None,
     max_steps: int | None = None,
     on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> SuiteRun:
@@ -75,13 +75,14 @@ def run_suite(
         num_envs: env slots stepped together (capped at `episodes`).
         seed_base: seed of episode 0; episode k uses `seed_base + k`.
         nbr_obs: observations kept in the prompt.
+        action_space: action space when the suite brings none; None: the level's default.
         max_steps: episode step limit; None keeps BabyAI's.
         on_episode_end: called with each finished episode (progress bars).
     """
     level_id = suite.level or level
     make_kwargs: dict[str, Any] = {"language": suite.language}
-    if suite.action_space is not None:
-        make_kwargs["action_space"] = suite.action_space
+    if suite.action_space or action_space:
+        make_kwargs["action_space"] = suite.action_space or action_space
     if max_steps is not None:
         make_kwargs["max_steps"] = max_steps
     envs = [babyai_text.make(level_id, **make_kwargs) for _ in range(min(num_envs, episodes))]

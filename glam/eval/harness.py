@@ -22,6 +22,16 @@ from glam.eval.suites import get_suites
 __all__ = ["evaluate", "run_tests"]
 
 
+DEFAULT_NBR_OBS = 3
+"""Observations per prompt when neither the config nor the agent says (GLAM's)."""
+
+
+def resolve_settings(agent: Agent, cfg: PostTrainingTestsConfig) -> tuple[int, str | None]:
+    """`(nbr_obs, action_space)`: the config's, else the agent's training ones, else defaults."""
+    nbr_obs = cfg.eval.nbr_obs or agent.trained_nbr_obs or DEFAULT_NBR_OBS
+    return nbr_obs, cfg.eval.action_space or agent.trained_action_space
+
+
 def run_tests(
     agent: Agent,
     cfg: PostTrainingTestsConfig,
@@ -31,6 +41,7 @@ def run_tests(
 
     Every suite plays the same seeds, so its change against `no_change` is a paired comparison.
     """
+    nbr_obs, action_space = resolve_settings(agent, cfg)
     runs = {}
     for suite in get_suites(cfg.eval.suites):
         runs[suite.name] = run_suite(
@@ -40,7 +51,8 @@ def run_tests(
             episodes=cfg.eval.episodes,
             num_envs=cfg.eval.num_envs,
             seed_base=cfg.eval.seed_base,
-            nbr_obs=cfg.eval.nbr_obs,
+            nbr_obs=nbr_obs,
+            action_space=action_space,
             max_steps=cfg.eval.max_steps,
             on_episode_end=(lambda _, name=suite.name: on_episode_end(name))
             if on_episode_end
@@ -81,16 +93,25 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
         TimeRemainingColumn(),
         disable=not cfg.eval.progress_bar,
     )
+    # A log file (SLURM, nohup) gets no live bar: print a line every tenth of the work instead.
+    log_every = max(1, total // 10) if not progress.console.is_terminal else 0
     with progress:
         task = progress.add_task(f"{label}", total=total)
 
         def advance(suite_name: str) -> None:
             progress.update(task, advance=1, description=f"{label}: {suite_name}")
+            done = int(progress.tasks[0].completed)
+            if cfg.eval.progress_bar and log_every and done % log_every == 0:
+                elapsed = time.perf_counter() - start
+                print(f"[eval] {done}/{total} episodes ({suite_name}), {elapsed:.0f} s", flush=True)
 
         runs = run_tests(agent, cfg, on_episode_end=advance)
 
+    nbr_obs, action_space = resolve_settings(agent, cfg)
     results = {
         "label": label,
+        "nbr_obs": nbr_obs,
+        "action_space": action_space or "level default",
         "protocol": cfg.agent.protocol if cfg.agent.kind in ("zero_shot", "bc") else cfg.agent.kind,
         "seed_base": cfg.eval.seed_base,
         "agent": asdict(cfg.agent),

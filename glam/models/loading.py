@@ -102,7 +102,9 @@ def prepare_embedded_model(name: str = DEFAULT_MODEL, *, verbose: bool = True) -
     half-written cache and concurrent processes (one per rank) never see a partial folder.
     """
     if name not in EMBEDDED_MODELS:
-        raise ModelNotFoundError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)}")
+        raise ModelNotFoundError(
+            f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)}"
+        )
     entry = EMBEDDED_MODELS[name]
     target = cache_root() / "models" / name
     if (target / "config.json").is_file():

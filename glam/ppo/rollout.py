@@ -15,6 +15,7 @@ import torch
 
 from babyai_text import ActionSpace, TextVectorEnv
 from glam.config import EnvConfig, PolicyConfig
+from glam.policy.prompts import PromptHistory
 
 SEEDS_PER_RANK = 1_000_000
 """Episode seeds reserved for each process: rank r of run seed s plays seeds from
@@ -81,8 +82,6 @@ class EnvRunner:
             seed: base of the episode seed schedule (see `env_seed`).
             tokenizer: the model's tokenizer, for the `chat` prompt format.
         """
-        from glam.policy.prompts import PromptHistory
-
         self.envs = TextVectorEnv(
             env_cfg.name,
             num_envs,

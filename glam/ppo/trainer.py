@@ -22,6 +22,7 @@ from accelerate.utils import DistributedType, set_seed
 from omegaconf import OmegaConf
 
 from glam.config import PPOConfig, TrainingRunConfig
+from glam.policy.llm_policy import PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.checkpoint import (
     TrainerState,
@@ -182,6 +183,7 @@ def collect_rollout(
     for _ in range(buffer.num_steps):
         prompts, candidates = runner.prompts(), runner.candidates()
         output = model(prompts, candidates)
+        _raise_if_diverged(accelerator, not _finite(output))
         actions = output.dist.sample()
         rewards, dones, ended = runner.step(actions.tolist())
         buffer.add(
@@ -235,37 +237,21 @@ def ppo_update(
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     sums: dict[str, float] = defaultdict(float)
-    count, first_deviation, epochs_run = 0, None, 0
+    count, steps, first_deviation, epochs_run = 0, 0, None, 0
     for epoch in range(ppo.epochs):
         epoch_kl = []
         for minibatch in orders[epoch].split(local_minibatch):
-            minibatch_bad = False
             for chunk in minibatch.split(micro):
-                mb = batch.select(chunk)
                 with accelerator.accumulate(model):
-                    output = model(mb.prompts, mb.candidates)
-                    actions = mb.actions.to(device)
-                    loss, stats = ppo_loss(
-                        output.dist.log_prob(actions).float(),
-                        mb.logprobs.to(device),
-                        mb.advantages.to(device),
-                        output.values.float(),
-                        mb.values.to(device),
-                        mb.returns.to(device),
-                        output.dist.entropy().float(),
-                        clip_eps=ppo.clip_eps,
-                        value_clip_eps=ppo.value_clip_eps,
-                        value_coef=ppo.value_coef,
-                        entropy_coef=ppo.entropy_coef,
-                    )
-                    minibatch_bad |= not torch.isfinite(loss).item()
+                    loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device)
+                    _raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     accelerator.backward(loss)
                     if accelerator.sync_gradients:
                         grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
-                        if grad_norm is not None:
-                            minibatch_bad |= not math.isfinite(float(grad_norm))
-                            sums["losses/grad_norm"] += float(grad_norm) * len(minibatch)
-                        _raise_if_diverged(accelerator, minibatch_bad)
+                        if grad_norm is not None:  # DeepSpeed clips internally, may not say
+                            _raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
+                            sums["losses/grad_norm"] += float(grad_norm)
+                            steps += 1
                     optimizer.step()  # a no-op until the last chunk of the minibatch
                     optimizer.zero_grad()
                 if first_deviation is None:
@@ -279,9 +265,11 @@ def ppo_update(
             kl = accelerator.reduce(torch.tensor(epoch_kl, device=device).mean(), "mean")
             if kl.item() > ppo.target_kl:
                 break
+    # A step can leave infinite weights behind a finite gradient: never save or roll out those.
+    _raise_if_diverged(accelerator, not all(torch.isfinite(p).all() for p in trainable))
 
-    metrics = {key: value / count for key, value in sums.items()}
-    metrics["losses/grad_norm"] = sums["losses/grad_norm"] / max(count, 1)
+    metrics = {key: value / count for key, value in sums.items() if key != "losses/grad_norm"}
+    metrics["losses/grad_norm"] = sums["losses/grad_norm"] / steps if steps else math.nan
     reduced = accelerator.reduce(
         torch.tensor(list(metrics.values()), device=device, dtype=torch.float64), "mean"
     )
@@ -290,6 +278,37 @@ def ppo_update(
     metrics["debug/first_ratio_deviation"] = _reduce_max(accelerator, deviation)
     metrics["charts/epochs"] = float(epochs_run)
     return metrics
+
+
+def _chunk_loss(
+    model: torch.nn.Module, mb: Transitions, ppo: PPOConfig, device: torch.device
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Forward a micro-batch and return its PPO loss and stats (a NaN loss if the policy's
+    outputs are not finite: the caller stops every process on it)."""
+    output = model(mb.prompts, mb.candidates)
+    if not _finite(output):
+        return torch.tensor(float("nan")), {}
+    actions = mb.actions.to(device)
+    return ppo_loss(
+        output.dist.log_prob(actions).float(),
+        mb.logprobs.to(device),
+        mb.advantages.to(device),
+        output.values.float(),
+        mb.values.to(device),
+        mb.returns.to(device),
+        output.dist.entropy().float(),
+        clip_eps=ppo.clip_eps,
+        value_clip_eps=ppo.value_clip_eps,
+        value_coef=ppo.value_coef,
+        entropy_coef=ppo.entropy_coef,
+    )
+
+
+def _finite(output: PolicyOutput) -> bool:
+    """Scores of the existing candidates and values are finite (absent ones are -inf)."""
+    return bool(
+        torch.isfinite(output.logits[output.mask]).all() and torch.isfinite(output.values).all()
+    )
 
 
 @torch.no_grad()
