@@ -91,9 +91,15 @@ class PolicyConfig:
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
     prompt_format: str = "glam"
     """`glam`: the original text format; `chat`: the model's chat template around it."""
+    temperature: float = 1.0
+    """The policy is softmax(scores / temperature). 1 is GLAM's. Above 1 flattens a prior that
+    a small model concentrates on a few actions (SmolLM2-135M gives "go forward" p < 0.01
+    zero-shot), so that PPO can sample, and be rewarded for, the others."""
 
     def __post_init__(self) -> None:
         _check_choice("policy.head", self.head, ("scoring", "action_heads"))
+        if not self.temperature > 0:
+            raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
         _check_choice("policy.normalization", self.normalization, ("sum", "token", "word"))
         _check_choice(
             "policy.value_activation", self.value_activation, ("sigmoid", "relu", "tanh", "gelu")

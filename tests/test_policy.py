@@ -87,6 +87,21 @@ def test_scoring_policy_logits_are_the_candidate_scores():
     assert torch.isfinite(output.dist.entropy()).all()
 
 
+def test_temperature_divides_the_scores_and_survives_a_round_trip(tmp_path):
+    policy = lora_policy(policy_cfg=PolicyConfig(value_hidden_sizes=[16, 16], temperature=4.0))
+    with torch.no_grad():
+        output = policy(PROMPTS, CANDIDATES)
+        scores = score_candidates(policy.model, policy.tokenizer, PROMPTS, CANDIDATES).scores
+    torch.testing.assert_close(output.logits[output.mask], scores[output.mask] / 4.0)
+    assert (output.dist.probs[~output.mask] == 0).all()
+    # Flatter than the untempered policy: higher entropy on every prompt.
+    assert (output.dist.entropy() > torch.distributions.Categorical(logits=scores).entropy()).all()
+    policy.save_pretrained(tmp_path / "policy", include_base=True)
+    assert LLMActorCritic.from_pretrained(tmp_path / "policy").policy_cfg.temperature == 4.0
+    with pytest.raises(ValueError, match="policy.temperature must be > 0"):
+        PolicyConfig(temperature=0.0)
+
+
 def test_policy_gradients_reach_adapter_and_heads_but_not_the_base():
     policy = lora_policy()
     perturb_adapter(policy)

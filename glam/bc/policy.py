@@ -110,8 +110,11 @@ def load_bc_policy(
     else:
         from peft import PeftModel
 
+        from glam.policy.adapters import quiet_peft
+
         base, _ = load_model(base_model or info.base_model, dtype=dtype)
-        model = PeftModel.from_pretrained(base, str(folder))
+        with quiet_peft():
+            model = PeftModel.from_pretrained(base, str(folder))
         if merge:
             model = model.merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -7,6 +7,10 @@ hence the table; families not in it fall back to peft's own table.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 from torch import nn
@@ -64,7 +68,17 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
         fan_in_fan_out=model.config.model_type == "gpt2",
         task_type=task_type,
     )
-    return get_peft_model(model, config)
+    with quiet_peft():
+        return get_peft_model(model, config)
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Silence peft's read of transformers' deprecated `is_gradient_checkpointing` (a
+    FutureWarning on every wrap or load that is not ours to fix)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)
+        yield
 
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:

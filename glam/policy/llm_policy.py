@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
 from glam.models.loading import DTYPES, load_model
-from glam.policy.adapters import apply_lora, enable_gradient_checkpointing
+from glam.policy.adapters import apply_lora, enable_gradient_checkpointing, quiet_peft
 from glam.policy.heads import ActionHeads, ValueHead
 from glam.scoring import prompt_hidden_states, score_candidates, unwrap_model
 
@@ -183,7 +183,8 @@ class LLMActorCritic(nn.Module):
         if cfg.value_from_base:
             with torch.no_grad(), self.model.disable_adapter(), self._autocast():
                 hidden = prompt_hidden_states(self.model, self.tokenizer, prompts)
-        return PolicyOutput(logits=logits.float(), values=self.value_head(hidden), mask=mask)
+        logits = logits.float() / cfg.temperature  # -inf (absent candidates) stays -inf
+        return PolicyOutput(logits=logits, values=self.value_head(hidden), mask=mask)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The parameters an optimiser should update (adapter or whole model, and the heads)."""
@@ -260,7 +261,8 @@ class LLMActorCritic(nn.Module):
         else:
             source = str(path / "base") if weights == "adapter+base" else model_cfg.name_or_path
             base, tokenizer = load_model(source, dtype=meta["dtype"], trust_remote_code=trust)
-            model = PeftModel.from_pretrained(base, path / "adapter", is_trainable=True)
+            with quiet_peft():
+                model = PeftModel.from_pretrained(base, path / "adapter", is_trainable=True)
         if model_cfg and model_cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         policy = cls(model, tokenizer, policy_cfg, meta["action_words"], model_cfg=model_cfg)
