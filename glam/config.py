@@ -66,6 +66,10 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     autocast_bf16: bool = False
     """Run forward passes under bf16 autocast (GPU, or CPUs with AVX512-BF16)."""
+    disable_dropout: bool = True
+    """Set the base model's dropout to 0 (Flan-T5 has 0.1; LoRA's own is `lora.dropout`). PPO's
+    ratio compares the update's forward (train mode) with the rollout's (eval mode): with
+    dropout on in one of them, the ratio is noise before any step."""
 
     def __post_init__(self) -> None:
         _check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
@@ -199,6 +203,14 @@ class PPOConfig:
                 raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.warmup_updates < 0:
             raise ValueError(f"ppo.warmup_updates must be >= 0, got {self.warmup_updates}")
+        for name in ("entropy_coef", "value_coef", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ppo.{name} must be >= 0, got {getattr(self, name)}")
+
+
+MAX_RUN_SEED = 10_000
+"""`train.seed` is below this, so that training episode seeds (`glam.ppo.rollout.env_seed`) stay
+below the evaluation seeds (`glam.eval.config.SEED_BASE`)."""
 
 
 @dataclass
@@ -231,6 +243,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_positive("train.total_frames", self.total_frames)
+        if not 0 <= self.seed < MAX_RUN_SEED:
+            raise ValueError(
+                f"train.seed must be in [0, {MAX_RUN_SEED}), got {self.seed}: larger seeds "
+                "would reach the evaluation episodes' seeds (10**12 and up)"
+            )
         if self.save_every < 0 or self.keep_checkpoints < 0:
             raise ValueError("train.save_every and train.keep_checkpoints must be >= 0")
         if self.torch_threads is not None:

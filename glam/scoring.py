@@ -15,8 +15,8 @@ space), and the joint text is tokenised. When the prompt's own tokens are a pref
 tokens, the rest are the candidate's tokens: exactly the tokens the model would produce after the
 prompt, leading space included (" turn" is one token for byte-level BPE tokenizers). If a BPE merge
 crosses the boundary instead (the joint text tokenises differently at the prompt's end), the
-candidate falls back to the tokens of `" " + candidate` on its own, with a warning; GLAM prompts
-end in ":" and never hit this. A tokenizer that appends EOS to every text (rare for causal models)
+candidate falls back to the tokens of its joined text on its own (`" " + candidate`, or the
+candidate alone after whitespace), with a warning; GLAM prompts end in ":" and never hit this. A tokenizer that appends EOS to every text (rare for causal models)
 has that EOS dropped from prompts. Encoder-decoder models read the prompt in the encoder (with the
 tokenizer's special tokens, e.g. T5's `</s>`) and score the candidate's own tokens in the decoder,
 after the decoder start token. `append_eos=True` adds the EOS token to every candidate, so that
@@ -45,7 +45,9 @@ encoded once and all of its candidates attend to it:
   packed side by side, `[start, c_1, ..., c_{n-1}]` per slot, with a block-diagonal causal mask.
   T5's relative position bias depends only on distances inside a slot, so this is exact too, and
   cross-attention keys are projected once per prompt rather than once per candidate. (Prompts
-  are padded to the longest one here; encoder rows are not shared.)
+  are padded to the longest one here; encoder rows are not shared.) Decoders with learned
+  absolute positions (BART, Marian) cannot share a row: they decode one row per candidate from
+  the same encoder pass, with the encoder padded on the right.
 
 The same pass returns the prompt's final hidden state (the last prompt token for causal models,
 the first decoder position for encoder-decoder ones) for the value head, at no extra cost.
@@ -478,14 +480,25 @@ def _forward_causal(
 def _forward_encoder_decoder(
     model: PreTrainedModel, tokens: CandidateTokens, slots: Tensor, padding_side: str
 ) -> tuple[Tensor, Tensor]:
-    """Logits (B, C, W, V) at every slot position, and the first decoder position's state."""
+    """Logits (B, C, W, V) at every slot position, and the first decoder position's state.
+
+    Packing slots side by side in one decoder row is exact only when the decoder has no absolute
+    positions (T5's relative bias); other decoders (BART, Marian: learned positions) get one
+    decoder row per candidate, reading the same encoder pass, and their encoder is padded on the
+    right whatever `padding_side` says (left padding would shift its absolute positions).
+    """
     device = model.device
     batch_size, num_slots, width = slots.shape
     start_id = _decoder_start_id(model)
+    if not _relative_decoder_positions(model):
+        padding_side = "right"
 
     encoder_ids, encoder_mask = _pad(tokens.prompt_ids, tokens.prompt_lengths, padding_side)
     start = slots.new_full((batch_size, num_slots, 1), start_id)
-    decoder_ids = torch.cat([start, slots[..., :-1]], -1).flatten(1).to(device)
+    decoder_ids = torch.cat([start, slots[..., :-1]], -1).to(device)  # (B, C, W)
+    if not _relative_decoder_positions(model):
+        return _forward_decoder_rows(model, encoder_ids, encoder_mask, decoder_ids)
+    decoder_ids = decoder_ids.flatten(1)
     allowed = _decoder_structure(num_slots, width, device)[None].expand(batch_size, -1, -1)
     outputs = model(
         input_ids=encoder_ids.to(device),
@@ -497,6 +510,35 @@ def _forward_encoder_decoder(
     )
     logits = outputs.logits.unflatten(1, (num_slots, width))
     hidden = outputs.decoder_hidden_states[-1][:, 0]
+    return logits, hidden
+
+
+def _relative_decoder_positions(model: PreTrainedModel) -> bool:
+    """True for T5-family decoders, whose attention depends on relative positions only."""
+    return getattr(model.config, "relative_attention_num_buckets", None) is not None
+
+
+def _forward_decoder_rows(
+    model: PreTrainedModel, encoder_ids: Tensor, encoder_mask: Tensor, decoder_ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Encoder once per prompt, then one decoder row per candidate (positions from 0 in each)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    device = model.device
+    batch_size, num_slots, width = decoder_ids.shape
+    encoded = model.get_encoder()(
+        input_ids=encoder_ids.to(device), attention_mask=encoder_mask.to(device)
+    )
+    rows = torch.arange(batch_size, device=device).repeat_interleave(num_slots)
+    outputs = model(
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state[rows]),
+        attention_mask=encoder_mask.to(device)[rows],
+        decoder_input_ids=decoder_ids.flatten(0, 1),
+        output_hidden_states=-1,
+        use_cache=False,
+    )
+    logits = outputs.logits.unflatten(0, (batch_size, num_slots))  # (B, C, W, V)
+    hidden = outputs.decoder_hidden_states[-1].unflatten(0, (batch_size, num_slots))[:, 0, 0]
     return logits, hidden
 
 
@@ -626,6 +668,8 @@ def prompt_hidden_states(
     ids, lengths = _encode(tokenizer, list(prompts), add_special_tokens=True)
     if kind == "causal" and _appends_eos(tokenizer):
         lengths = lengths - 1
+    if kind == "encoder_decoder" and not _relative_decoder_positions(model):
+        side = "right"  # absolute positions: left padding would shift them
     input_ids, attention_mask = _pad(ids, lengths, side)
     device = model.device
     if kind == "encoder_decoder":

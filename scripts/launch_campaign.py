@@ -120,8 +120,9 @@ class EvaluationConfig:
     """Levels to evaluate on (`eval.level`)."""
     episodes: int = 1000
     """Episodes per suite (`eval.episodes`)."""
-    suites: list[str] | None = None
-    """Test suites (`eval.suites`); None keeps the evaluation script's default."""
+    suites: list[str] | dict[str, list[str]] | None = None
+    """Test suites (`eval.suites`): one list for every level, or a list per level (a level left
+    out keeps the default); None keeps the evaluation script's default (every suite)."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Further evaluation overrides."""
     slurm: dict[str, Any] = field(
@@ -134,6 +135,16 @@ class EvaluationConfig:
             raise CampaignError("evaluation.levels is empty")
         if self.episodes < 1:
             raise CampaignError(f"evaluation.episodes must be >= 1, got {self.episodes}")
+        if isinstance(self.suites, dict) and (extra := sorted(set(self.suites) - set(self.levels))):
+            raise CampaignError(
+                f"evaluation.suites names level(s) not in evaluation.levels: {', '.join(extra)}"
+            )
+
+    def suites_for(self, level: str) -> list[str] | None:
+        """The suites evaluated on `level` (None: the evaluation script's default)."""
+        if isinstance(self.suites, dict):
+            return self.suites.get(level)
+        return self.suites
 
 
 @dataclass
@@ -465,12 +476,13 @@ def _plan_evaluations(
     )
     jobs = []
     for level in evaluation.levels:
+        suites = evaluation.suites_for(level)
         overrides = {
             "agent.kind": "checkpoint",
             "agent.path": str(run.output_dir),
             "eval.level": level,
             "eval.episodes": evaluation.episodes,
-            **({"eval.suites": evaluation.suites} if evaluation.suites else {}),
+            **({"eval.suites": suites} if suites else {}),
             **evaluation.overrides,
             "eval.output_dir": str(run.output_dir / "eval" / level),
         }

@@ -22,6 +22,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -173,6 +175,7 @@ def tiny_causal_lm(
 
 
 def tiny_seq2seq_lm(
+    arch: str = "t5",
     *,
     seed: int = 0,
     attn_implementation: str = "sdpa",
@@ -181,8 +184,32 @@ def tiny_seq2seq_lm(
     """A 2+2-layer random T5 (relative position bias, untied head like Flan-T5) + tokenizer.
 
     The tokenizer appends `</s>` to every text, as T5's does; the decoder starts from `<pad>`.
+    `arch="bart"` gives a BART instead: learned absolute positions in the decoder (the case the
+    packed decoder layout cannot serve), decoder starting from `</s>`.
     """
     tokenizer = tokenizer or tiny_tokenizer(add_eos=True)
+    if arch == "bart":
+        bart = BartConfig(
+            vocab_size=len(tokenizer),
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=1024,
+            init_std=0.5,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.eos_token_id,
+            forced_eos_token_id=None,
+            attn_implementation=attn_implementation,
+        )
+        return _seeded(functools.partial(BartForConditionalGeneration, bart), seed), tokenizer
+    if arch != "t5":
+        raise ValueError(f"unknown tiny encoder-decoder architecture {arch!r}; use 't5' or 'bart'")
     config = T5Config(
         vocab_size=len(tokenizer),
         d_model=32,

@@ -90,6 +90,17 @@ def test_paper_campaign_is_one_requeueable_8_gpu_job_per_seed(tmp_path: Path) ->
     options = directives(first_eval.script)
     assert "--gpus-per-node=1" in options and "--requeue" not in options
     assert f"agent.path={tmp_path}/glam_paper/seed-1" in script_arguments(first_eval.script)
+    # Every suite on the training tasks, only the unchanged prompt on the held-out pairs.
+    by_level = {
+        next(a for a in script_arguments(job.script) if a.startswith("eval.level=")): job
+        for job in evals[:2]
+    }
+    train_level = script_arguments(by_level["eval.level=BabyAI-MixedTrainLocal-v0"].script)
+    test_level = script_arguments(by_level["eval.level=BabyAI-MixedTestLocal-v0"].script)
+    assert not any(a.startswith("eval.suites=") for a in train_level)
+    assert "eval.suites=[no_change]" in test_level
+    with pytest.raises(launch.CampaignError, match="not in evaluation.levels: BabyAI-GoTo-v0"):
+        launch.EvaluationConfig(levels=["BabyAI-MixedTestLocal-v0"], suites={"BabyAI-GoTo-v0": []})
 
 
 def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:

@@ -154,6 +154,13 @@ def test_aggregate_mean_spread_and_change(tmp_path) -> None:
     assert rows["random", "no_change"].episodes == 100
     paths = write_aggregate(tmp_path, list(rows.values()), baseline="no_change", title="t")
     assert "-93%" in paths["md"].read_text()
+    # One run: its Wilson interval, not a spread of 0.
+    single = _fake("bot", LEVEL, {"no_change": 0.9})
+    single["suites"]["no_change"] |= {"ci_low": 0.83, "ci_high": 0.94}
+    (row,) = aggregate([single])
+    assert row.ci == (0.83, 0.94)
+    paths = write_aggregate(tmp_path, [row], baseline="no_change", title="t")
+    assert "0.900 [0.830, 0.940] (n=1)" in paths["md"].read_text()
     # Two levels are never averaged together.
     mixed = aggregate([*results, _fake("glam", "BabyAI-MixedTestLocal-v0", {"no_change": 0.1})])
     assert {r.label for r in mixed} >= {"glam (MixedTrainLocal-v0)", "glam (MixedTestLocal-v0)"}

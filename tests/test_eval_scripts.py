@@ -37,7 +37,7 @@ def test_post_training_tests_then_test_results(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"wrote json     {tmp_path / 'seed-1' / 'results.json'}" in done.stdout
     results = json.loads((tmp_path / "seed-1" / "results.json").read_text())
-    assert results["seed_base"] == 10**9 + 10**6
+    assert results["seed_base"] == 10**12 + 10**6
     assert results["suites"]["invented_nouns"]["episodes"] == 4
     # A second seed of the same agent (edited copy: saves a second run).
     results["suites"]["no_change"]["success_rate"] = 0.5

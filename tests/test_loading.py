@@ -46,6 +46,8 @@ def test_dtype_option(tmp_path):
     folder = save_tiny_model(tmp_path / "gpt2", "gpt2")
     model, _ = glam.load_model(str(folder), dtype="bfloat16")
     assert model.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype='fp8' is not one of"):
+        glam.load_model(str(folder), dtype="fp8")
 
 
 def test_pretrained_false_keeps_only_the_input_embeddings(tmp_path):

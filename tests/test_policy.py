@@ -102,6 +102,30 @@ def test_temperature_divides_the_scores_and_survives_a_round_trip(tmp_path):
         PolicyConfig(temperature=0.0)
 
 
+@pytest.mark.parametrize("arch", ["t5", "gpt2"])
+def test_dropout_is_off_in_train_mode_unless_kept(arch):
+    """PPO compares a train-mode forward with an eval-mode one: dropout would make it noise."""
+    model, tokenizer = tiny_seq2seq_lm() if arch == "t5" else tiny_causal_lm(arch)
+    assert any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+    policy = LLMActorCritic.from_model(model, tokenizer, LORA, SMALL_HEADS, ACTION_WORDS)
+    policy.train()
+    with torch.no_grad():
+        first, second = policy(PROMPTS, CANDIDATES), policy(PROMPTS, CANDIDATES)
+        policy.eval()
+        evaluated = policy(PROMPTS, CANDIDATES)
+    torch.testing.assert_close(first.logits, second.logits, rtol=0, atol=0)
+    torch.testing.assert_close(first.logits, evaluated.logits)
+    # Kept on request: two train-mode forwards then differ.
+    model, tokenizer = tiny_seq2seq_lm() if arch == "t5" else tiny_causal_lm(arch)
+    keep = ModelConfig(name_or_path="tiny", lora=LORA.lora, disable_dropout=False)
+    policy = LLMActorCritic.from_model(model, tokenizer, keep, SMALL_HEADS, ACTION_WORDS)
+    policy.train()
+    with torch.no_grad():
+        assert not torch.equal(
+            policy(PROMPTS, CANDIDATES).logits, policy(PROMPTS, CANDIDATES).logits
+        )
+
+
 def test_policy_gradients_reach_adapter_and_heads_but_not_the_base():
     policy = lora_policy()
     perturb_adapter(policy)
@@ -182,6 +206,8 @@ def test_action_heads_policy():
     torch.testing.assert_close(output.logits, policy.action_heads(hidden))
     with pytest.raises(ValueError, match="one output per action word"):
         policy(PROMPTS, CANDIDATES)
+    with pytest.raises(ValueError, match="2 prompts, 1 candidate lists"):
+        policy(PROMPTS, [ACTION_WORDS])
     with pytest.raises(ValueError, match="needs the action words"):
         LLMActorCritic(policy.model, policy.tokenizer, policy_cfg, [])
 

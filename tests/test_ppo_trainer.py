@@ -105,6 +105,18 @@ def test_env_seeds_are_disjoint_between_ranks() -> None:
     assert env_seed(2, 0) - env_seed(1, 0) >= 10**8
 
 
+def test_training_seeds_never_reach_evaluation_seeds() -> None:
+    from glam.config import MAX_RUN_SEED
+    from glam.eval.config import SEED_BASE
+    from glam.ppo.rollout import MAX_PROCESSES, SEEDS_PER_RANK
+
+    # The largest seed any run can play: last run seed, last rank, its last reserved seed.
+    highest = env_seed(MAX_RUN_SEED - 1, MAX_PROCESSES - 1) + SEEDS_PER_RANK - 1
+    assert highest < SEED_BASE
+    with pytest.raises(ValueError, match=r"train.seed must be in \[0, 10000\)"):
+        TrainConfig(seed=MAX_RUN_SEED)
+
+
 @pytest.mark.parametrize(
     "schedule,expected",
     [("constant", [1.0, 1.0, 1.0, 1.0]), ("linear", [1.0, 0.75, 0.5, 0.25])],
@@ -140,6 +152,8 @@ def test_missing_model_and_bad_values_are_clear_errors() -> None:
         PPOConfig(gamma=1.5)
     with pytest.raises(ValueError, match="env.num_envs must be > 0"):
         EnvConfig(num_envs=0)
+    with pytest.raises(ValueError, match="ppo.entropy_coef must be >= 0, got -0.01"):
+        PPOConfig(entropy_coef=-0.01)
 
 
 class _Saveable(nn.Module):

@@ -48,6 +48,7 @@ BUILDERS = {
     "llama-eager": lambda: tiny_causal_lm("llama", attn_implementation="eager"),
     "gpt2": lambda: tiny_causal_lm("gpt2"),
     "t5": lambda: tiny_seq2seq_lm(),
+    "bart": lambda: tiny_seq2seq_lm("bart"),  # absolute decoder positions: one row per candidate
 }
 
 

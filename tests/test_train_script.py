@@ -75,12 +75,13 @@ def latest_update(run_dir: Path) -> int:
     return int(pointer.read_text().strip().split("_")[1]) if pointer.is_file() else 0
 
 
-def tree_digest(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
-    return digest.hexdigest()
+def tree_digest(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under `folder`, by relative path (a diff names the changed file)."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +168,27 @@ def test_resume_continues_the_run(finished_run: Path, tmp_path: Path) -> None:
     )
     # The seed schedule went on from where the checkpoint left it.
     assert min(envs_after["episodes_started"]) > min(envs_before["episodes_started"])
+
+
+def test_resume_refuses_another_process_count_or_a_dangling_pointer(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    state_file = run_dir / "checkpoints" / "update_000002" / "trainer_state.json"
+    before = tree_digest(run_dir)
+    original = state_file.read_text()
+    state_file.write_text(json.dumps({**json.loads(original), "world_size": 2}))
+    result = train(run_dir, f"train.total_frames={4 * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 2
+    assert "written by 2 process(es), this run has 1" in result.stderr
+    (run_dir / "checkpoints" / "latest").write_text("update_000009\n")
+    result = train(run_dir, f"train.total_frames={4 * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 2
+    assert "names update_000009, which is missing or incomplete" in result.stderr
+    state_file.write_text(original)  # nothing else was touched by either attempt
+    (run_dir / "checkpoints" / "latest").write_text("update_000002\n")
+    assert tree_digest(run_dir) == before
 
 
 def test_resume_without_checkpoint_starts_fresh(tmp_path: Path) -> None:

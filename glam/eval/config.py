@@ -24,9 +24,11 @@ __all__ = [
 AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot")
 """Agents the harness can evaluate."""
 
-SEED_BASE = 10**9
-"""Evaluation episodes use seeds from here up: training seeds (`100 * seed + i` and small
-schedules) never reach it, as in the original's `1e9 * seed + i`."""
+SEED_BASE = 10**12
+"""Evaluation episodes use seeds from here up. PPO training seeds stay below it
+(`glam.ppo.rollout.SEEDS_PER_RANK`: `train.seed * 10**8 + rank * 10**6 + ...`, with
+`train.seed < 10**4`), so no evaluation episode is ever a training episode. (The original used
+`1e9 * seed + i`, which its training seeds `100 * seed + i` could reach.)"""
 SEEDS_PER_RUN = 10**6
 """Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
 
@@ -96,7 +98,7 @@ class EvalConfig:
     num_envs: int = 32
     """Environments stepped together (one batched model call per step)."""
     seed: int = 0
-    """Evaluation seed; episodes use seeds from `10**9 + seed * 10**6` on (never training's)."""
+    """Evaluation seed; episodes use seeds from `10**12 + seed * 10**6` on (never training's)."""
     nbr_obs: int | None = None
     """Observations kept in the prompt (with the actions between them); None: the agent's own
     (a checkpoint's `env.nbr_obs`, a BC folder's), else 3."""

@@ -39,7 +39,8 @@ def run_tests(
 ) -> dict[str, SuiteRun]:
     """Play `cfg.eval.episodes` episodes of every suite of `cfg.eval.suites` with `agent`.
 
-    Every suite plays the same seeds, so its change against `no_change` is a paired comparison.
+    Every suite plays the same seeds: a paired comparison against `no_change` for the suites that
+    keep the level (prompt rewrites, renamed actions).
     """
     nbr_obs, action_space = resolve_settings(agent, cfg)
     runs = {}

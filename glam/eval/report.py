@@ -231,6 +231,9 @@ class AggregateRow:
     """100 * (mean - baseline mean) / baseline mean; None without a baseline (or at 0)."""
     episodes: int
     """Episodes over all runs."""
+    ci: tuple[float, float] | None = None
+    """A single run's 95% Wilson interval (`ci_low`, `ci_high`), when its results.json has it:
+    with one run there is no spread over runs, but the episodes still bound the rate."""
 
 
 def aggregate(
@@ -239,6 +242,7 @@ def aggregate(
     """Per label and suite, mean and spread of success over runs, and change vs `baseline`."""
     rates: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     episodes: dict[tuple[str, str], int] = defaultdict(int)
+    intervals: dict[tuple[str, str], tuple[float, float] | None] = {}
     # Runs on different levels (training vs held-out pairs) are never averaged together.
     several_levels = len({result["eval"]["level"] for result in results}) > 1
     for result in results:
@@ -248,6 +252,8 @@ def aggregate(
         for suite, record in result["suites"].items():
             rates[label][suite].append(record["success_rate"])
             episodes[label, suite] += record["episodes"]
+            has_ci = "ci_low" in record and "ci_high" in record
+            intervals[label, suite] = (record["ci_low"], record["ci_high"]) if has_ci else None
     rows = []
     for label, suites in rates.items():
         base = suites.get(baseline)
@@ -258,9 +264,17 @@ def aggregate(
                 sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
             )
             change = 100 * (mean - base_mean) / base_mean if base_mean else None
+            single_ci = intervals[label, suite] if len(values) == 1 else None
             rows.append(
                 AggregateRow(
-                    label, suite, len(values), mean, math.sqrt(var), change, episodes[label, suite]
+                    label,
+                    suite,
+                    len(values),
+                    mean,
+                    math.sqrt(var),
+                    change,
+                    episodes[label, suite],
+                    single_ci,
                 )
             )
     return rows
@@ -271,8 +285,8 @@ def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
     suites = list(dict.fromkeys(row.suite for row in rows))
     cell = {(row.label, row.suite): row for row in rows}
     lines = [
-        f"Success rate, mean ± standard deviation over runs (n = runs), and the change against "
-        f"`{baseline}`.",
+        f"Success rate, mean ± standard deviation over runs (n = runs; a single run shows its "
+        f"95% Wilson interval instead), and the change against `{baseline}`.",
         "",
         "| suite | " + " | ".join(labels) + " |",
         "|---|" + "---|" * len(labels),
@@ -284,7 +298,10 @@ def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
             if row is None:
                 cells.append("–")
                 continue
-            text = f"{row.mean:.3f} ± {row.std:.3f} (n={row.runs})"
+            if row.ci is not None:
+                text = f"{row.mean:.3f} [{row.ci[0]:.3f}, {row.ci[1]:.3f}] (n=1)"
+            else:
+                text = f"{row.mean:.3f} ± {row.std:.3f} (n={row.runs})"
             if row.change_pct is not None and suite != baseline:
                 text += f" {row.change_pct:+.0f}%"
             cells.append(text)
@@ -299,7 +316,17 @@ def write_aggregate(
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {ext: output_dir / f"summary.{ext}" for ext in ("md", "csv", "png")}
     paths["md"].write_text(f"# {title}\n\n" + _aggregate_markdown(rows, baseline))
-    _write_csv(paths["csv"], [row.__dict__ for row in rows])
+    _write_csv(
+        paths["csv"],
+        [
+            {
+                **{k: v for k, v in row.__dict__.items() if k != "ci"},
+                "single_run_ci_low": row.ci[0] if row.ci else "",
+                "single_run_ci_high": row.ci[1] if row.ci else "",
+            }
+            for row in rows
+        ],
+    )
     suites = list(dict.fromkeys(row.suite for row in rows))
     cell = {(row.label, row.suite): row for row in rows}
     series = {}
@@ -307,7 +334,13 @@ def write_aggregate(
         values = []
         for suite in suites:
             row = cell.get((label, suite))
-            values.append((row.mean, row.std, row.std) if row else (math.nan, 0.0, 0.0))
+            if row is None:
+                values.append((math.nan, 0.0, 0.0))
+            elif row.ci is not None:
+                values.append((row.mean, row.mean - row.ci[0], row.ci[1] - row.mean))
+            else:
+                values.append((row.mean, row.std, row.std))
         series[label] = values
-    _bar_chart(paths["png"], f"{title} (mean ± std over runs)", suites, series, "success rate")
+    title = f"{title} (mean ± std over runs; one run: its 95% CI)"
+    _bar_chart(paths["png"], title, suites, series, "success rate")
     return paths

@@ -170,6 +170,8 @@ def load_model(
     `pretrained=False` keeps the architecture and the pretrained input embeddings but draws every
     other weight at random (the paper's NPAE baseline).
     """
+    if isinstance(dtype, str) and dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
     torch_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     tried: list[str] = []
     source: str | Path | None = None

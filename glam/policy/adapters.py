@@ -81,6 +81,22 @@ def quiet_peft() -> Iterator[None]:
         yield
 
 
+DROPOUT_ATTRIBUTES = ("dropout", "attention_dropout", "hidden_dropout", "activation_dropout")
+"""Float attributes attention layers pass to their attention kernel (T5's `dropout`, Llama's
+`attention_dropout`), beside their `nn.Dropout` modules."""
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Make every dropout of `model` the identity, in train mode too (call before adding LoRA,
+    whose own dropout is configured apart)."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        for name in DROPOUT_ATTRIBUTES:
+            if isinstance(getattr(module, name, None), float):
+                setattr(module, name, 0.0)
+
+
 def enable_gradient_checkpointing(model: nn.Module) -> None:
     """Recompute activations in backward. Non-reentrant, so it works with a frozen base model."""
     kwargs = {"use_reentrant": False}

@@ -28,7 +28,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
 from glam.models.loading import DTYPES, load_model
-from glam.policy.adapters import apply_lora, enable_gradient_checkpointing, quiet_peft
+from glam.policy.adapters import (
+    apply_lora,
+    disable_dropout,
+    enable_gradient_checkpointing,
+    quiet_peft,
+)
 from glam.policy.heads import ActionHeads, ValueHead
 from glam.scoring import prompt_hidden_states, score_candidates, unwrap_model
 
@@ -109,7 +114,10 @@ class LLMActorCritic(nn.Module):
         policy_cfg: PolicyConfig,
         action_words: Sequence[str],
     ) -> LLMActorCritic:
-        """Wrap an already loaded model: LoRA or full fine-tuning, gradient checkpointing."""
+        """Wrap an already loaded model: dropout off, LoRA or full fine-tuning, gradient
+        checkpointing."""
+        if model_cfg.disable_dropout:
+            disable_dropout(model)
         if model_cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         if model_cfg.lora.enabled:
@@ -140,9 +148,14 @@ class LLMActorCritic(nn.Module):
         device_type = unwrap_model(self.model).device.type
         return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
 
-    def _check_action_candidates(self, candidates: Sequence[Sequence[str]] | None) -> None:
-        if candidates is None:
-            return
+    def _check_action_candidates(
+        self, prompts: Sequence[str], candidates: Sequence[Sequence[str]]
+    ) -> None:
+        if len(prompts) != len(candidates):
+            raise ValueError(
+                f"prompts and candidates have different lengths ({len(prompts)} prompts, "
+                f"{len(candidates)} candidate lists): give one list of candidates per prompt"
+            )
         for i, actions in enumerate(candidates):
             if list(actions) != self.action_words:
                 raise ValueError(
@@ -175,7 +188,7 @@ class LLMActorCritic(nn.Module):
                 )
             logits, mask, hidden = scored.scores, scored.mask, scored.prompt_hidden
         else:
-            self._check_action_candidates(candidates)
+            self._check_action_candidates(prompts, candidates)
             with self._autocast():
                 hidden = prompt_hidden_states(self.model, self.tokenizer, prompts)
             logits = self.action_heads(hidden)
@@ -258,9 +271,13 @@ class LLMActorCritic(nn.Module):
             model, tokenizer = load_model(
                 str(path / "model"), dtype=meta["dtype"], trust_remote_code=trust
             )
+            if model_cfg is None or model_cfg.disable_dropout:
+                disable_dropout(model)
         else:
             source = str(path / "base") if weights == "adapter+base" else model_cfg.name_or_path
             base, tokenizer = load_model(source, dtype=meta["dtype"], trust_remote_code=trust)
+            if model_cfg.disable_dropout:
+                disable_dropout(base)
             with quiet_peft():
                 model = PeftModel.from_pretrained(base, path / "adapter", is_trainable=True)
         if model_cfg and model_cfg.gradient_checkpointing:

@@ -19,18 +19,17 @@ from glam.policy.prompts import PromptHistory
 
 SEEDS_PER_RANK = 1_000_000
 """Episode seeds reserved for each process: rank r of run seed s plays seeds from
-`s * 10**8 + r * 10**6` up (env i's n-th episode: `+ i + n * local_num_envs`)."""
+`s * 10**8 + r * 10**6` up (env i's n-th episode: `+ i + n * local_num_envs`). With
+`train.seed < glam.config.MAX_RUN_SEED` and at most `MAX_PROCESSES` processes, every training
+seed is below 10**12, where evaluation seeds start (`glam.eval.config.SEED_BASE`)."""
+MAX_PROCESSES = 100
+"""Processes one run can have: each takes 10**6 of the run's 10**8 seeds."""
 
 
 def resolve_action_space(name: str) -> ActionSpace:
-    """The action space called `name` in `babyai_text`, plus `nav` (turn left, turn right, go
-    forward: the navigation subset, enough for GoTo levels without doors) until babyai_text
-    defines it itself."""
-    from babyai_text import ACTION_SPACES, get_action_space
+    """The action space called `name` in `babyai_text` (ValueError listing the known ones)."""
+    from babyai_text import get_action_space
 
-    if name == "nav" and name not in ACTION_SPACES:
-        default = ACTION_SPACES["default"]
-        return ActionSpace("nav", default.words[:3], default.minigrid_actions[:3])
     return get_action_space(name)
 
 

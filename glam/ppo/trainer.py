@@ -28,12 +28,19 @@ from glam.ppo.checkpoint import (
     TrainerState,
     latest_checkpoint,
     load_training_state,
+    read_trainer_state,
     save_checkpoint,
 )
 from glam.ppo.gae import compute_gae
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.losses import explained_variance, normalize_advantages, ppo_loss
-from glam.ppo.rollout import EnvRunner, EpisodeStats, env_seed, resolve_action_space
+from glam.ppo.rollout import (
+    MAX_PROCESSES,
+    EnvRunner,
+    EpisodeStats,
+    env_seed,
+    resolve_action_space,
+)
 
 
 class SetupError(RuntimeError):
@@ -382,9 +389,12 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
     _check_layout(cfg, world)
     _check_output_dir(cfg, run_dir)
     accelerator.wait_for_everyone()  # every process has looked before the main one writes
-    resume_from = latest_checkpoint(run_dir) if cfg.train.resume else None
+    try:
+        resume_from = latest_checkpoint(run_dir) if cfg.train.resume else None
+    except FileNotFoundError as error:  # `latest` names a checkpoint that is not there
+        raise SetupError(f"cannot resume: {error}") from None
     if resume_from is not None:
-        _check_same_run(cfg, resume_from)
+        _check_same_run(cfg, resume_from, world)
     set_seed(cfg.train.seed, device_specific=True)  # + rank: processes sample differently
 
     local_envs = cfg.env.num_envs // world
@@ -506,6 +516,11 @@ def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
 
 
 def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
+    if world > MAX_PROCESSES:
+        raise SetupError(
+            f"{world} processes: at most {MAX_PROCESSES} per run (each process plays its own "
+            "10**6 episode seeds of the run's 10**8)"
+        )
     if cfg.env.num_envs % world:
         raise SetupError(
             f"env.num_envs={cfg.env.num_envs} is not divisible by the {world} processes: each "
@@ -539,8 +554,15 @@ def _check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
 _SAME_RUN_SECTIONS = ("model", "policy", "env")
 
 
-def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path) -> None:
-    """Refuse to resume a checkpoint with another model, policy or environment setup."""
+def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
+    """Refuse to resume a checkpoint with another model, policy or environment setup, or with
+    another number of processes (each process's envs and RNGs are saved apart)."""
+    written_by = read_trainer_state(checkpoint).world_size
+    if written_by != world:
+        raise SetupError(
+            f"cannot resume {checkpoint}: it was written by {written_by} process(es), this run "
+            f"has {world}; resume with the same number of processes"
+        )
     saved = OmegaConf.load(checkpoint / "config.yaml")
     now = OmegaConf.structured(cfg)
     changed = [
