@@ -228,6 +228,10 @@ class TrainConfig:
     """Write a checkpoint every this many updates (and always at the end); 0: only at the end."""
     keep_checkpoints: int = 3
     """Most recent checkpoints kept on disk; 0 keeps them all."""
+    save_rollouts: bool = False
+    """Also save the policy's decisions in finished episodes, in the demonstrations format of
+    behavioural cloning (`glam.bc.demos`), as `rollouts/rank_R/update_N/` datasets written with
+    each checkpoint; `bc.dataset=<run>/rollouts` clones them all."""
     resume: bool = False
     """Continue the run in output_dir from its newest checkpoint (starts fresh if it has none)."""
     torch_threads: int | None = None

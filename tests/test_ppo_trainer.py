@@ -99,6 +99,40 @@ def test_env_runner_reports_ended_episodes_and_restarts_history() -> None:
     runner.close()
 
 
+def test_env_runner_records_finished_episodes_as_demonstrations(tmp_path) -> None:
+    from glam.bc.demos import load_demos, write_demos
+
+    cfg = tiny_config()
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=2, seed=5)
+    runner.recording = True
+    runner.reset()
+    rng = np.random.default_rng(0)
+    taken: list[list[tuple[str, int]]] = [[], []]  # (prompt, action) of env i's first episode
+    ended: list[dict | None] = [None, None]
+    while ended[0] is None:
+        prompts, actions = runner.prompts(), rng.integers(0, 3, size=2).tolist()
+        _, _, episodes = runner.step(actions)
+        for i in range(2):
+            if ended[i] is None:
+                taken[i].append((prompts[i], actions[i]))
+                ended[i] = episodes[i]
+    records = runner.pop_records()
+    assert runner.pop_records() == []
+    first = [r for r in records if r["seed"] == ended[0]["seed"]]
+    assert [(r["prompt"], r["action_index"]) for r in first] == taken[0]
+    assert [r["step"] for r in first] == list(range(ended[0]["length"]))
+    assert {r["action"] for r in first} <= set(NAV) and {r["source"] for r in first} == {"ppo"}
+    assert all(r["success"] == ended[0]["success"] for r in first)
+    # Env 1's episode, still running unless it ended too, is not recorded until it ends.
+    assert {r["seed"] for r in records} == {e["seed"] for e in ended if e is not None}
+    # Written in parts, read back as one dataset.
+    half = len(records) // 2
+    write_demos(records[:half], tmp_path / "rollouts" / "rank_0" / "update_000001")
+    write_demos(records[half:], tmp_path / "rollouts" / "rank_1" / "update_000001")
+    assert load_demos(tmp_path / "rollouts")["prompt"] == [r["prompt"] for r in records]
+    runner.close()
+
+
 def test_env_seeds_are_disjoint_between_ranks() -> None:
     assert env_seed(1, 0) != env_seed(1, 1)
     assert env_seed(1, 1) - env_seed(1, 0) >= 10**6

@@ -6,6 +6,7 @@ SIGTERM/SIGUSR1 preemption, a real two-process run over gloo, and bad input.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -70,6 +71,11 @@ def metric_updates(run_dir: Path) -> list[int]:
     return [int(line.split(",")[0]) for line in lines]
 
 
+def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
 def latest_update(run_dir: Path) -> int:
     pointer = run_dir / "checkpoints" / "latest"
     return int(pointer.read_text().strip().split("_")[1]) if pointer.is_file() else 0
@@ -88,7 +94,12 @@ def tree_digest(folder: Path) -> dict[str, str]:
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-update tiny run with a checkpoint after each update."""
     run_dir = tmp_path_factory.mktemp("runs") / "tiny"
-    result = train(run_dir, f"train.total_frames={2 * FRAMES_PER_UPDATE}", "train.save_every=1")
+    result = train(
+        run_dir,
+        f"train.total_frames={2 * FRAMES_PER_UPDATE}",
+        "train.save_every=1",
+        "train.save_rollouts=true",
+    )
     assert result.returncode == 0, result.stderr
     assert "done: 128 frames in 2 updates" in result.stdout
     return run_dir
@@ -117,6 +128,18 @@ def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> Non
     assert metric_updates(finished_run) == [1, 2]
     assert list((finished_run / "tensorboard").glob("events.out.tfevents.*"))
     assert (finished_run / "checkpoints" / "latest").read_text().strip() == "update_000002"
+
+
+def test_saved_rollouts_are_a_demonstrations_dataset(finished_run: Path) -> None:
+    from glam.bc.demos import demo_metadata, load_demos
+
+    rollouts = load_demos(finished_run / "rollouts")
+    episodes = sum(float(row["charts/episodes"] or 0) for row in _metric_rows(finished_run))
+    assert len(set(rollouts["seed"])) == episodes > 0  # every finished episode, no other
+    assert set(rollouts["source"]) == {"ppo"} and set(rollouts["action_space"]) == {"nav"}
+    first_steps = rollouts.filter(lambda row: row["step"] == 0)["prompt"]
+    assert first_steps and all(prompt.endswith("Action 0:") for prompt in first_steps)
+    assert demo_metadata(rollouts)["nbr_obs"] == 1
 
 
 def test_checkpoint_is_peft_format_and_pickle_free(finished_run: Path) -> None:

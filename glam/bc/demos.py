@@ -23,7 +23,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value, load_from_disk
+from datasets import (
+    Dataset,
+    DatasetDict,
+    DatasetInfo,
+    Features,
+    Value,
+    concatenate_datasets,
+    load_from_disk,
+)
 
 __all__ = [
     "DEMO_FEATURES",
@@ -214,6 +222,9 @@ def load_demos(
 ) -> Dataset:
     """Load a demonstrations folder, checking that it is a non-empty dataset with `required`.
 
+    A folder of datasets (a PPO run's `rollouts/`, written in parts with each checkpoint) is
+    loaded as their concatenation, in path order, with the first part's metadata.
+
     Raises:
         DemoDatasetError: with a message that says what is wrong and how to make a good one.
     """
@@ -223,6 +234,12 @@ def load_demos(
         raise DemoDatasetError(f"no demonstrations folder at {path}; {hint}")
     if not any(path.iterdir()):
         raise DemoDatasetError(f"demonstrations folder {path} is empty; {hint}")
+    parts = _dataset_parts(path)
+    if parts:
+        datasets = [load_demos(part, required=required) for part in parts]
+        merged = concatenate_datasets(datasets)
+        merged.info.description = datasets[0].info.description
+        return merged
     if _saved_without_rows(path):  # `load_from_disk` fails on it with a bare IndexError
         raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
     try:
@@ -245,6 +262,13 @@ def load_demos(
     if len(dataset) == 0:
         raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
     return dataset
+
+
+def _dataset_parts(path: Path) -> list[Path]:
+    """Dataset folders below `path` when `path` itself is not one (none otherwise)."""
+    if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
+        return []
+    return sorted(info.parent for info in path.rglob("dataset_info.json"))
 
 
 def _saved_without_rows(path: Path) -> bool:

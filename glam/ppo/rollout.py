@@ -95,10 +95,16 @@ class EnvRunner:
         self._prompt_format = policy_cfg.prompt_format
         self._tokenizer = tokenizer
         self.missions: list[str] = [""] * num_envs
+        self._level, self._action_space = env_cfg.name, env_cfg.action_space
+        self.recording = False
+        """Keep every decision (prompt, action) of the episodes played, for `pop_records`."""
+        self._pending: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
+        self._records: list[dict[str, Any]] = []
 
     def reset(self) -> None:
         """Start a new episode in every env (at the next seeds of the schedule)."""
         observations, infos = self.envs.reset()
+        self._pending = [[] for _ in range(self.num_envs)]  # episodes cut short are not kept
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
             self._start_history(i, obs, info)
 
@@ -134,18 +140,48 @@ class EnvRunner:
             per env the stats of the episode that just ended (None if it goes on). Ended envs
             have already started their next episode, with a fresh history.
         """
+        if self.recording:
+            for i, (prompt, action) in enumerate(zip(self.prompts(), actions, strict=True)):
+                self._pending[i].append({"prompt": prompt, "action_index": int(action)})
         observations, rewards, terminated, truncated, infos = self.envs.step(actions)
         dones = terminated | truncated
         episodes: list[dict[str, Any] | None] = []
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
             if dones[i]:
                 episodes.append(info["episode"])
+                if self.recording:
+                    self._finish_episode(i, info["episode"])
                 self._start_history(i, obs, info)
             else:
                 episodes.append(None)
                 self.histories[i].add_action(self.action_words[actions[i]])
                 self.histories[i].add_observation(info["descriptions"])
         return rewards, dones, episodes
+
+    def _finish_episode(self, i: int, episode: dict[str, Any]) -> None:
+        """Turn env i's decisions into rows of the demonstrations format (`glam.bc.demos`)."""
+        for step, decision in enumerate(self._pending[i]):
+            self._records.append(
+                {
+                    **decision,
+                    "action": self.action_words[decision["action_index"]],
+                    "action_space": self._action_space,
+                    "mission": episode["mission"],
+                    "task_type": episode["task_type"] or "",
+                    "level": self._level,
+                    "episode": episode["seed"],  # unique within a run: one episode per seed
+                    "seed": episode["seed"],
+                    "step": step,
+                    "success": bool(episode["success"]),
+                    "source": "ppo",
+                }
+            )
+        self._pending[i] = []
+
+    def pop_records(self) -> list[dict[str, Any]]:
+        """The decisions of the episodes finished since the last call (with `recording` on)."""
+        records, self._records = self._records, []
+        return records
 
     def state_dict(self) -> dict[str, Any]:
         """The seed schedule, to resume with the next episodes."""

@@ -363,8 +363,9 @@ class Training:
     resumed_from: Path | None
 
     def save(self) -> Path:
-        """Write a checkpoint of the current update (every process calls it)."""
-        return save_checkpoint(
+        """Write a checkpoint of the current update (every process calls it), then the
+        finished episodes' decisions when `train.save_rollouts` is on."""
+        checkpoint = save_checkpoint(
             self.accelerator,
             self.run_dir,
             model=self.model,
@@ -374,6 +375,31 @@ class Training:
             state=self.state,
             config_yaml=self.config_yaml,
             keep=self.cfg.train.keep_checkpoints,
+        )
+        if self.runner.recording:
+            self._save_rollouts()
+        return checkpoint
+
+    def _save_rollouts(self) -> None:
+        from glam.bc.demos import write_demos
+
+        records = self.runner.pop_records()
+        if not records:
+            return
+        cfg = self.cfg
+        folder = self.run_dir / "rollouts" / f"rank_{self.accelerator.process_index}"
+        metadata = {
+            "source": "ppo",
+            "level": cfg.env.name,
+            "action_space": cfg.env.action_space,
+            "nbr_obs": cfg.env.nbr_obs,
+            "prompt_format": cfg.policy.prompt_format,
+            "language": cfg.env.language,
+            "update": self.state.update,
+        }
+        # Overwrite: a run resumed from an older checkpoint replays (and rewrites) later parts.
+        write_demos(
+            records, folder / f"update_{self.state.update:06d}", metadata=metadata, overwrite=True
         )
 
     def close(self) -> None:
@@ -409,6 +435,7 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
         )
     except ValueError as error:  # unknown level, action space or language
         raise SetupError(str(error)) from None
+    runner.recording = cfg.train.save_rollouts
     if list(runner.action_words) != list(policy.action_words):
         raise SetupError(f"policy actions {policy.action_words} != env's {runner.action_words}")
 
