@@ -46,9 +46,11 @@ def main(cfg: DictConfig) -> None:
 
     from glam.bc.sft import train_bc
 
+    from glam.models.loading import ModelNotFoundError
+
     try:
         result = train_bc(config)
-    except DemoDatasetError as error:
+    except (DemoDatasetError, ModelNotFoundError) as error:
         fail(error)
     print(json.dumps(result.metrics, indent=2))
     print(f"[glam] BC policy saved to {result.output_dir}")

@@ -1,6 +1,6 @@
 """A short look at the whole stack on CPU: what `make demo` runs.
 
-    python scripts/demo.py                       # ~2-4 minutes on a 2-core CPU
+    python scripts/demo.py                       # about 7 minutes on a 2-core CPU
     python scripts/demo.py --frames 64 --output-dir runs/demo
 
 1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache);

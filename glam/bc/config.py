@@ -40,7 +40,7 @@ class DemosConfig:
     """Stop once this many (prompt, action) pairs are collected; the last episode is cut."""
     seed: int = 0
     """Episode i is reset with seed `seed + i`; the same seed gives the same dataset."""
-    output_dir: str = "data/demos"
+    output_dir: str = "runs/demos/BabyAI-GoToLocal-v0-seed0"
     """Dataset folder, written with `Dataset.save_to_disk` (loadable with `load_from_disk`)."""
     overwrite: bool = False
     """Replace an existing dataset folder instead of refusing to."""
@@ -95,7 +95,7 @@ class BCConfig:
     Defaults follow the original: AdamW, learning rate 5e-4, cosine schedule, one epoch.
     """
 
-    dataset: str = "data/demos/BabyAI-GoToLocal-v0"
+    dataset: str = "runs/demos/BabyAI-GoToLocal-v0-seed0"
     """Demonstrations folder (`scripts/collect_bot_demos.py` output, or PPO rollouts)."""
     output_dir: str = "runs/bc"
     """Where the adapter (or full model), tokenizer, `bc_policy.json` and metrics go."""
