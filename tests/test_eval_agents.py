@@ -68,6 +68,17 @@ def test_zero_shot_scoring_takes_the_most_likely_action(tiny_folder: Path) -> No
     assert agent.act(_request(prompts)) == decisions
 
 
+def test_temperature_divides_the_scores_a_sampling_agent_uses(tiny_folder: Path) -> None:
+    plain = build_agent(AgentConfig(kind="zero_shot", model=str(tiny_folder)), greedy=False)
+    tempered_cfg = AgentConfig(kind="zero_shot", model=str(tiny_folder), temperature=4.0)
+    tempered = build_agent(tempered_cfg, greedy=False)
+    assert tempered.name == f"zero_shot-scoring:{tiny_folder.name} (T=4)"
+    prompt = _play(plain, episodes=1, max_steps=1).example_prompt
+    torch.testing.assert_close(tempered.score([prompt], WORDS), plain.score([prompt], WORDS) / 4.0)
+    with pytest.raises(ValueError, match="agent.temperature must be > 0"):
+        AgentConfig(temperature=0.0)
+
+
 def test_chat_prompt_format_wraps_the_glam_prompt(tiny_folder: Path) -> None:
     cfg = AgentConfig(kind="zero_shot", model=str(tiny_folder), prompt_format="chat")
     run = _play(build_agent(cfg, greedy=True), episodes=1, max_steps=1)

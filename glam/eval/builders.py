@@ -28,7 +28,8 @@ def agent_label(cfg: AgentConfig) -> str:
         return cfg.kind
     if cfg.kind == "zero_shot":
         model = Path(cfg.model).name or cfg.model
-        return f"zero_shot-{cfg.protocol}:{model}"
+        tempered = f" (T={cfg.temperature:g})" if cfg.temperature not in (None, 1.0) else ""
+        return f"zero_shot-{cfg.protocol}:{model}{tempered}"
     path = Path(cfg.path).resolve()
     if path.parent.name == "checkpoints":  # a checkpoint folder: name its run
         path = path.parent.parent
@@ -66,8 +67,14 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     folder = path if _is_saved_policy(path) else policy_dir(path)
     if not _is_saved_policy(folder):
         raise FileNotFoundError(f"{folder} holds no saved policy (LLMActorCritic.save_pretrained)")
+    from glam.models.loading import DTYPES
+
     policy = LLMActorCritic.from_pretrained(folder)
     policy.to(resolve_device(cfg.device)).eval()
+    if cfg.dtype != "float32":
+        policy.model.to(DTYPES[cfg.dtype])  # the heads stay in fp32
+    if cfg.temperature is not None:
+        policy.policy_cfg.temperature = cfg.temperature
     action_heads = policy.policy_cfg.head == "action_heads"
 
     def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
@@ -136,10 +143,12 @@ def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
             name, model, tokenizer, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size
         )
     else:
+        temperature = cfg.temperature or 1.0
 
         def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
             candidates = [list(action_words)] * len(prompts)
-            return score_candidates(model, tokenizer, prompts, candidates, normalization).scores
+            scored = score_candidates(model, tokenizer, prompts, candidates, normalization)
+            return scored.scores / temperature
 
         history = _history_factory(prompt_format, tokenizer)
         agent = ScoringAgent(

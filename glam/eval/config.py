@@ -60,6 +60,10 @@ class AgentConfig:
     normalization: str = "sum"
     """Scoring protocol of zero_shot/bc: candidate score is the `sum` of token log-probs, or the
     mean per `token` or per `word`."""
+    temperature: float | None = None
+    """Scoring protocol: the policy is softmax(scores / temperature). None: a checkpoint's own
+    (`policy.temperature` of its run), 1 otherwise (GLAM's). Only sampling sees it (greedy play
+    takes the best score whatever the temperature)."""
     dtype: str = "float32"
     """Weights dtype: float32, bfloat16 or float16."""
     device: str = "auto"
@@ -75,6 +79,8 @@ class AgentConfig:
         _check_choice("agent.prompt_format", self.prompt_format, ("glam", "chat"))
         _check_choice("agent.normalization", self.normalization, ("sum", "token", "word"))
         _check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
         if self.kind in ("checkpoint", "bc") and not self.path:
             raise ValueError(f"agent.kind={self.kind} needs agent.path (the trained folder)")
         if self.protocol == "generation" and self.kind not in ("zero_shot", "bc"):
