@@ -1,11 +1,11 @@
 """BALROG-comparable zero-shot evaluation: the model writes its action as free text.
 
-    # one CPU: the embedded model (SmolLM2-135M-Instruct), 50 episodes of MixedTrainLocal
-    python scripts/zero_shot_generation.py eval.episodes=50 eval.num_envs=10
+    # one CPU: the embedded model (SmolLM2-135M-Instruct), BALROG's 5 task types x 10 episodes
+    python scripts/zero_shot_generation.py eval.num_envs=10
 
-    # one GPU: any model spec, BALROG's 5 task types x 10 episodes and more
+    # one GPU: any model spec, 100 episodes of each task type
     python scripts/zero_shot_generation.py agent.model=/models/Llama-3.2-1B-Instruct \
-        agent.dtype=bfloat16 eval.episodes=500 eval.num_envs=50
+        agent.dtype=bfloat16 eval.episodes_per_task_type=100 eval.num_envs=50
 
     # several GPUs: one model or seed per GPU, then aggregate
     CUDA_VISIBLE_DEVICES=1 python scripts/zero_shot_generation.py eval.seed=1 \

@@ -39,6 +39,41 @@ def test_exactly_n_episodes_each_seed_once() -> None:
     assert [e.seed for e in run.episodes] == list(range(10**9, 10**9 + 7))
 
 
+def test_per_task_type_plays_the_first_seeds_of_each_type() -> None:
+    from collections import Counter
+
+    import babyai_text
+    from glam.eval.episodes import TASK_FAMILIES
+
+    run = _run(RandomAgent(), episodes=1, num_envs=4, max_steps=3, per_task_type=2)
+    families = Counter(TASK_FAMILIES.get(e.task_type, e.task_type) for e in run.episodes)
+    assert families == dict.fromkeys(["goto", "pickup", "putnext", "pickup_then_goto", "open"], 2)
+    # The first two seeds of each type, none skipped: replay the seeds up to the last one.
+    env = babyai_text.make(LEVEL)
+    seen: Counter[str] = Counter()
+    expected = []
+    for seed in range(10**9, run.episodes[-1].seed + 1):
+        task = env.reset(seed=seed)[1]["task_type"]
+        family = TASK_FAMILIES.get(task, task)
+        if seen[family] < 2:
+            seen[family] += 1
+            expected.append(seed)
+    assert [e.seed for e in run.episodes] == expected
+    # A level with one task: that many episodes of it.
+    single = run_suite(
+        RandomAgent(),
+        SUITES["no_change"],
+        level="BabyAI-GoToLocal-v0",
+        episodes=1,
+        num_envs=2,
+        seed_base=10**9,
+        nbr_obs=1,
+        max_steps=2,
+        per_task_type=3,
+    )
+    assert [e.seed for e in single.episodes] == [10**9, 10**9 + 1, 10**9 + 2]
+
+
 def test_seeds_are_reproducible_and_independent_of_the_batch() -> None:
     first = _run(RandomAgent(), episodes=6, num_envs=2, max_steps=20).episodes
     again = _run(RandomAgent(), episodes=6, num_envs=2, max_steps=20).episodes

@@ -111,6 +111,10 @@ class EvalConfig:
     action_space: str | None = None
     """Action space of the suites that keep it; None: the one the agent was trained with (a
     checkpoint's `env.action_space`, a BC folder's), else the level's default."""
+    episodes_per_task_type: int | None = None
+    """Play this many episodes of each task type (the first seeds that draw it) instead of
+    `episodes` in the level's random mix: BALROG's protocol is 10 of each of MixedTrainLocal's
+    five task types."""
     greedy: bool = False
     """Take the most likely action instead of sampling from the policy."""
     max_steps: int | None = None
@@ -129,6 +133,10 @@ class EvalConfig:
             raise ValueError(f"eval.episodes must be in [1, {SEEDS_PER_RUN}], got {self.episodes}")
         if self.num_envs < 1 or (self.nbr_obs is not None and self.nbr_obs < 1):
             raise ValueError("eval.num_envs and eval.nbr_obs must be >= 1")
+        if self.episodes_per_task_type is not None and self.episodes_per_task_type < 1:
+            raise ValueError(
+                f"eval.episodes_per_task_type must be >= 1, got {self.episodes_per_task_type}"
+            )
         if self.torch_threads < 0:
             raise ValueError(f"eval.torch_threads must be >= 0, got {self.torch_threads}")
         if self.seed < 0:

@@ -19,6 +19,10 @@ from glam.eval.agents import ActRequest, Agent, History
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import Suite
 
+TASK_FAMILIES = {"goto_after_pickup": "pickup_then_goto"}
+"""Task types reported together: "go to Y after you pick up X" is "pick up X, then go to Y" in
+its other phrasing, so MixedTrainLocal reports the paper's (and BALROG's) five task types."""
+
 __all__ = ["SuiteRun", "run_suite"]
 
 
@@ -63,6 +67,7 @@ def run_suite(
     nbr_obs: int,
     action_space: str | None = None,
     max_steps: int | None = None,
+    per_task_type: int | None = None,
     on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> SuiteRun:
     """Play `episodes` episodes of `suite` with `agent` and return them in seed order.
@@ -77,6 +82,8 @@ def run_suite(
         nbr_obs: observations kept in the prompt.
         action_space: action space when the suite brings none; None: the level's default.
         max_steps: episode step limit; None keeps BabyAI's.
+        per_task_type: instead of `episodes` in the level's mix, play this many episodes of each
+            task type: the first seeds from `seed_base` on that draw it (`stratified_seeds`).
         on_episode_end: called with each finished episode (progress bars).
     """
     level_id = suite.level or level
@@ -85,6 +92,11 @@ def run_suite(
         make_kwargs["action_space"] = suite.action_space or action_space
     if max_steps is not None:
         make_kwargs["max_steps"] = max_steps
+    if per_task_type is not None:
+        seeds = stratified_seeds(level_id, per_task_type, seed_base, **make_kwargs)
+    else:
+        seeds = [seed_base + k for k in range(episodes)]
+    episodes = len(seeds)
     envs = [babyai_text.make(level_id, **make_kwargs) for _ in range(min(num_envs, episodes))]
     action_words = tuple(envs[0].action_words)
     run = SuiteRun(suite=suite, level=level_id, episodes=[])
@@ -94,7 +106,7 @@ def run_suite(
         nonlocal next_episode
         if next_episode >= episodes:
             return None
-        seed = seed_base + next_episode
+        seed = seeds[next_episode]
         next_episode += 1
         obs, info = envs[slot_index].reset(seed=seed)
         history = agent.new_history(nbr_obs)
@@ -154,3 +166,33 @@ def run_suite(
                 slot.history.add_observation(info["descriptions"])
     run.episodes.sort(key=lambda result: result.seed)
     return run
+
+
+def task_families(env: Any) -> set[str]:
+    """The task types a GLAM level draws from (phrasings merged); empty for other levels."""
+    return {TASK_FAMILIES.get(t, t) for t in getattr(env.unwrapped, "task_types", ())}
+
+
+def stratified_seeds(level_id: str, per_type: int, seed_base: int, **make_kwargs: Any) -> list[int]:
+    """The first `per_type` seeds from `seed_base` on that draw each task type of the level.
+
+    The task types are the level's (`task_types` of a GLAM level, phrasings of one task
+    counted together, see `TASK_FAMILIES`), or the one task of any other level. Seeds are
+    returned in increasing order; the same arguments give the same seeds.
+    """
+    env = babyai_text.make(level_id, **make_kwargs)
+    counts: dict[str, int] = dict.fromkeys(task_families(env), 0)
+    seeds: list[int] = []
+    seed = seed_base
+    while not counts or min(counts.values()) < per_type:
+        _, info = env.reset(seed=seed)
+        family = TASK_FAMILIES.get(info["task_type"], info["task_type"])
+        counts.setdefault(family, 0)  # a level with one task and no `task_types`
+        if counts[family] < per_type:
+            counts[family] += 1
+            seeds.append(seed)
+        seed += 1
+        if seed - seed_base > 1000 * per_type * len(counts):
+            raise RuntimeError(f"{level_id}: no {per_type} episodes of each of {sorted(counts)}")
+    env.close()
+    return seeds

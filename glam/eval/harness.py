@@ -15,9 +15,9 @@ import babyai_text
 from glam.eval.agents import Agent
 from glam.eval.builders import agent_label, build_agent
 from glam.eval.config import PostTrainingTestsConfig
-from glam.eval.episodes import SuiteRun, run_suite
+from glam.eval.episodes import SuiteRun, run_suite, task_families
 from glam.eval.report import suite_record, write_results
-from glam.eval.suites import get_suites
+from glam.eval.suites import Suite, get_suites
 
 __all__ = ["evaluate", "run_tests"]
 
@@ -55,11 +55,21 @@ def run_tests(
             nbr_obs=nbr_obs,
             action_space=action_space,
             max_steps=cfg.eval.max_steps,
+            per_task_type=cfg.eval.episodes_per_task_type,
             on_episode_end=(lambda _, name=suite.name: on_episode_end(name))
             if on_episode_end
             else None,
         )
     return runs
+
+
+def _episodes_of(suite: Suite, cfg: PostTrainingTestsConfig) -> int:
+    """Episodes a suite will play (with `episodes_per_task_type`: that times its task types)."""
+    per_type = cfg.eval.episodes_per_task_type
+    if per_type is None:
+        return cfg.eval.episodes
+    env = babyai_text.make(suite.level or cfg.eval.level)
+    return per_type * max(1, len(task_families(env)))
 
 
 def _check_levels(cfg: PostTrainingTestsConfig) -> None:
@@ -86,7 +96,7 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
     agent = build_agent(cfg.agent, greedy=cfg.eval.greedy)
     label = cfg.eval.label or agent_label(cfg.agent)
 
-    total = cfg.eval.episodes * len(cfg.eval.suites)
+    total = sum(_episodes_of(suite, cfg) for suite in get_suites(cfg.eval.suites))
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glam.eval.episodes import SuiteRun
+from glam.eval.episodes import TASK_FAMILIES, SuiteRun
 from glam.eval.stats import summarize
 
 __all__ = [
@@ -30,9 +30,6 @@ __all__ = [
 ]
 
 RESULTS_FILE = "results.json"
-TASK_FAMILIES = {"goto_after_pickup": "pickup_then_goto"}
-"""Task types reported together: "go to Y after you pick up X" is "pick up X, then go to Y" in
-its other phrasing, so MixedTrainLocal reports the paper's (and BALROG's) five task types."""
 _SUMMARY_FIELDS = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes")
 
 
