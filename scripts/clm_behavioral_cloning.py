@@ -45,7 +45,6 @@ def main(cfg: DictConfig) -> None:
         fail(error)
 
     from glam.bc.sft import train_bc
-
     from glam.models.loading import ModelNotFoundError
 
     try:
