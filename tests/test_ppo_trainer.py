@@ -177,6 +177,21 @@ def test_layout_checks_name_the_problem() -> None:
         TrainingRunConfig(env=EnvConfig(num_envs=3), ppo=PPOConfig(frames_per_env=5))
 
 
+@pytest.mark.parametrize("preset", ["smollm2_lora_cpu", "glam_paper", "tiny"])
+def test_training_presets_are_valid_and_their_layout_holds(preset: str) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from glam.config import register_configs
+
+    register_configs()
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = OmegaConf.to_object(compose(preset))
+    assert isinstance(cfg, TrainingRunConfig)
+    _check_layout(cfg, world=1)
+
+
 def test_missing_model_and_bad_values_are_clear_errors() -> None:
     cfg = tiny_config()
     cfg.model.name_or_path = "/no/such/model"
