@@ -55,6 +55,35 @@ def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
     )
 
 
+def launch(
+    run_dir: Path, accelerate_config: str, num_processes: int, *overrides: str, timeout: float
+) -> subprocess.CompletedProcess:
+    """`accelerate launch` a two-update tiny run with configs/accelerate/<accelerate_config>.yaml."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "configs" / "accelerate" / f"{accelerate_config}.yaml"),
+            "--num_processes",
+            str(num_processes),
+            str(SCRIPT),
+            "--config-name",
+            "tiny",
+            f"train.output_dir={run_dir}",
+            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
+            "train.save_every=1",
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
 def wait_for(condition, process: subprocess.Popen, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -257,29 +286,7 @@ def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(
 
 def test_two_processes_over_gloo(tmp_path: Path) -> None:
     run_dir = tmp_path / "two"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
-            "--num_processes",
-            "2",
-            str(SCRIPT),
-            "--config-name",
-            "tiny",
-            f"train.output_dir={run_dir}",
-            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
-            "train.save_every=1",
-            "train.cpu=true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-        cwd=ROOT,
-    )
+    result = launch(run_dir, "multi_cpu", 2, "train.cpu=true", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 process(es) (MULTI_CPU, cpu)" in result.stdout
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -344,28 +351,7 @@ def test_deepspeed_run_saves_a_loadable_adapter(tmp_path: Path, layout: str) -> 
     from safetensors.torch import load_file
 
     run_dir = tmp_path / layout
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(ROOT / "configs" / "accelerate" / f"{layout}.yaml"),
-            "--num_processes",
-            "1",
-            str(SCRIPT),
-            "--config-name",
-            "tiny",
-            f"train.output_dir={run_dir}",
-            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
-            "train.save_every=1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_env(),
-        cwd=ROOT,
-    )
+    result = launch(run_dir, layout, 1, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DEEPSPEED" in result.stdout
     adapter = load_file(
