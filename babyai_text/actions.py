@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from minigrid.core.actions import Actions
 
-__all__ = ["ACTION_SPACES", "ActionSpace", "get_action_space"]
+__all__ = ["ACTION_SPACES", "ActionSpace", "get_action_space", "reworded"]
 
 
 @dataclass(frozen=True)
@@ -146,3 +146,23 @@ def get_action_space(name: str | ActionSpace) -> ActionSpace:
     except (KeyError, TypeError):
         known = ", ".join(repr(n) for n in ACTION_SPACES)
         raise ValueError(f"unknown action space {name!r}; known action spaces: {known}") from None
+
+
+def reworded(words_from: str | ActionSpace, actions_of: str | ActionSpace) -> ActionSpace:
+    """The actions of ``actions_of`` in the words of ``words_from``, in ``actions_of``'s order.
+
+    ``reworded("renamed", "nav")`` is rotate left, rotate right, move ahead: the renamed-action
+    test for an agent trained on the navigation actions only. When ``words_from`` has no word
+    for one of the actions (the no-op words), ``words_from`` is returned whole.
+    """
+    source, target = get_action_space(words_from), get_action_space(actions_of)
+    word_of = dict(zip(source.minigrid_actions, source.words, strict=True))
+    if len(word_of) < len(source.words) or any(a not in word_of for a in target.minigrid_actions):
+        return source
+    if target.minigrid_actions == source.minigrid_actions:
+        return source
+    return ActionSpace(
+        name=f"{source.name}[{target.name}]",
+        words=tuple(word_of[a] for a in target.minigrid_actions),
+        minigrid_actions=target.minigrid_actions,
+    )

@@ -42,6 +42,18 @@ def test_renamed_and_french_words() -> None:
     assert get_action_space("french").index("tourner à gauche") == 0
 
 
+def test_reworded_gives_a_spaces_words_for_another_spaces_actions() -> None:
+    from babyai_text.actions import reworded
+
+    nav = reworded("renamed", "nav")
+    assert nav.words == ("rotate left", "rotate right", "move ahead")
+    assert nav.minigrid_actions == get_action_space("nav").minigrid_actions
+    assert reworded("french", "nav").words == ("tourner à gauche", "tourner à droite", "avancer")
+    assert reworded("renamed", "default") is get_action_space("renamed")
+    # No renamed word for the no-op actions: the renamed space is kept whole.
+    assert reworded("renamed", "noop") is get_action_space("renamed")
+
+
 @pytest.mark.parametrize("space", list(ACTION_SPACES.values()), ids=list(ACTION_SPACES))
 def test_index_accepts_words_and_indices(space: ActionSpace) -> None:
     for i, word in enumerate(space.words):

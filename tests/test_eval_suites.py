@@ -99,17 +99,20 @@ class _Recorder(RandomAgent):
         return super().act(request)
 
 
-def _play(name: str, episodes: int = 3) -> tuple[_Recorder, list]:
+def _play(
+    name: str, episodes: int = 3, level: str = "BabyAI-MixedTrainLocal-v0", **options
+) -> tuple[_Recorder, list]:
     agent = _Recorder()
     run = run_suite(
         agent,
         SUITES[name],
-        level="BabyAI-MixedTrainLocal-v0",
+        level=level,
         episodes=episodes,
         num_envs=3,
         seed_base=10**9,
         nbr_obs=3,
         max_steps=12,
+        **options,
     )
     return agent, run
 
@@ -142,3 +145,12 @@ def test_env_suites_change_the_env_not_the_words() -> None:
 
     _, run = _play("new_composition", episodes=2)
     assert all(re.match(r"pick up .*, then pick up ", e.mission) for e in run.episodes)
+
+
+def test_renamed_actions_rename_the_agents_own_action_space() -> None:
+    """An agent trained on the navigation actions meets their three renamed words, no more."""
+    level = "BabyAI-GoToRedBallNoDists-v0"
+    renamed, _ = _play("renamed_actions", episodes=2, level=level, action_space="nav")
+    assert renamed.words == {("rotate left", "rotate right", "move ahead")}
+    plain, _ = _play("no_change", episodes=2, level=level, action_space="nav")
+    assert plain.words == {("turn left", "turn right", "go forward")}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import babyai_text
+from babyai_text.actions import reworded
 from glam.eval.agents import ActRequest, Agent, History
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import Suite
@@ -80,7 +81,8 @@ def run_suite(
         num_envs: env slots stepped together (capped at `episodes`).
         seed_base: seed of episode 0; episode k uses `seed_base + k`.
         nbr_obs: observations kept in the prompt.
-        action_space: action space when the suite brings none; None: the level's default.
+        action_space: the agent's action space; None: the level's default. A suite's action
+            space (renamed, French) gives its words for these actions (`reworded`).
         max_steps: episode step limit; None keeps BabyAI's.
         per_task_type: instead of `episodes` in the level's mix, play this many episodes of each
             task type: the first seeds from `seed_base` on that draw it (`stratified_seeds`).
@@ -88,7 +90,9 @@ def run_suite(
     """
     level_id = suite.level or level
     make_kwargs: dict[str, Any] = {"language": suite.language}
-    if suite.action_space or action_space:
+    if suite.action_space and action_space:  # the suite's words for the agent's actions
+        make_kwargs["action_space"] = reworded(suite.action_space, action_space)
+    elif suite.action_space or action_space:
         make_kwargs["action_space"] = suite.action_space or action_space
     if max_steps is not None:
         make_kwargs["max_steps"] = max_steps

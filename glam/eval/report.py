@@ -68,12 +68,18 @@ def _actions_text(results: Mapping[str, Any]) -> str:
     )
 
 
+def _seeds_text(results: Mapping[str, Any]) -> str:
+    per_type = results.get("eval", {}).get("episodes_per_task_type")
+    if per_type:
+        return f"The first {per_type} seeds from {results['seed_base']} up that draw each task type"
+    return f"Seeds {results['seed_base']} + (0 .. episodes-1)"
+
+
 def _results_markdown(results: Mapping[str, Any]) -> str:
     lines = [
         f"# Evaluation: {results['label']}",
         "",
-        f"Seeds {results['seed_base']} + (0 .. episodes-1); {_actions_text(results)}; "
-        "success with its 95% Wilson interval.",
+        f"{_seeds_text(results)}; {_actions_text(results)}; success with its 95% Wilson interval.",
         "",
         "| suite | level | success [95% CI] | mean return | mean length | episodes |",
         "|---|---|---|---|---|---|",
