@@ -1,6 +1,6 @@
 """A short look at the whole stack on CPU: what `make demo` runs.
 
-    python scripts/demo.py                       # about 4 minutes on a 2-core CPU
+    python scripts/demo.py                       # about 4.5 minutes on a 2-core CPU
     python scripts/demo.py --frames 512 --output-dir runs/demo
 
 1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache);
@@ -27,7 +27,7 @@ SHOWN = (
     ("charts/rollout_fps", "rollout env-steps/s"),
     ("charts/update_fps", "update transitions/s"),
     ("charts/success_rate", "success rate (episodes ended)"),
-    ("charts/episode_return", "episode return (x20 scale)"),
+    ("charts/episode_return", "episode return (x env.reward_scale)"),
     ("losses/policy", "policy loss"),
     ("losses/value", "value loss"),
     ("losses/entropy", "entropy"),
