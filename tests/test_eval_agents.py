@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +12,7 @@ import pytest
 import torch
 from helpers_tiny import save_tiny_model
 
-from glam.config import ModelConfig, PolicyConfig
+from glam.config import EnvConfig, ModelConfig, PolicyConfig
 from glam.eval.agents import ActRequest, ScoringAgent
 from glam.eval.builders import agent_label, build_agent
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
@@ -87,12 +90,14 @@ def test_chat_prompt_format_wraps_the_glam_prompt(tiny_folder: Path) -> None:
     assert run.example_prompt.endswith("<s>assistant\n")
 
 
-def _save_policy(tiny_folder: Path, folder: Path) -> LLMActorCritic:
+def _save_policy(
+    tiny_folder: Path, folder: Path, training_env: EnvConfig | None = None
+) -> LLMActorCritic:
     model, tokenizer = load_model(str(tiny_folder))
     policy = LLMActorCritic.from_model(
         model, tokenizer, ModelConfig(name_or_path=str(tiny_folder)), PolicyConfig(), WORDS
     )
-    policy.save_pretrained(folder)
+    policy.save_pretrained(folder, training_env=training_env)
     return policy
 
 
@@ -128,6 +133,59 @@ def test_checkpoint_agent_from_run_checkpoint_or_policy_folder(
     assert (results["nbr_obs"], results["action_space"]) == (1, "nav")
     prompt = results["suites"]["no_change"]["example_prompt"]
     assert prompt.startswith("Possible action of the agent: turn left, turn right, go forward\n")
+
+
+TRAINED_ENV = EnvConfig(
+    name="BabyAI-GoToRedBallNoDists-v0", nbr_obs=1, action_space="nav", reward_scale=1.0
+)
+
+
+def test_policy_folder_copied_alone_is_evaluated_with_its_training_env(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "run" / "checkpoints" / "update_000001"
+    _save_policy(tiny_folder, checkpoint / "policy", training_env=TRAINED_ENV)
+    meta = json.loads((checkpoint / "policy" / "glam_policy.json").read_text())
+    assert meta["env"] == asdict(TRAINED_ENV)  # level, language, reward scale: for the record
+    alone = shutil.copytree(checkpoint / "policy", tmp_path / "copied" / "policy")
+    assert not (alone.parent / "config.yaml").exists()
+
+    agent = build_agent(AgentConfig(kind="checkpoint", path=str(alone)), greedy=True)
+    assert (agent.trained_nbr_obs, agent.trained_action_space) == (1, "nav")
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="checkpoint", path=str(alone)),
+        eval=EvalConfig(
+            episodes=2, max_steps=3, output_dir=str(tmp_path / "eval"), progress_bar=False
+        ),
+    )
+    results, _ = evaluate(cfg)
+    assert (results["nbr_obs"], results["action_space"]) == (1, "nav")
+    prompt = results["suites"]["no_change"]["example_prompt"]
+    assert prompt.startswith("Possible action of the agent: turn left, turn right, go forward\n")
+
+
+def test_policy_record_and_run_config_that_disagree_are_reported(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "checkpoints" / "update_000001"
+    _save_policy(tiny_folder, checkpoint / "policy", training_env=TRAINED_ENV)
+    (checkpoint / "config.yaml").write_text(
+        "env:\n  name: BabyAI-GoToRedBallNoDists-v0\n  nbr_obs: 2\n  action_space: default\n"
+    )
+    cfg = AgentConfig(kind="checkpoint", path=str(checkpoint))
+    with pytest.warns(UserWarning, match=r"disagree .*nbr_obs=1 \(config.yaml: 2\)"):
+        agent = build_agent(cfg, greedy=True)
+    assert (agent.trained_nbr_obs, agent.trained_action_space) == (1, "nav")
+
+
+def test_old_policy_folder_with_no_record_warns_what_it_assumes(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    _save_policy(tiny_folder, tmp_path / "policy")  # no training env, no config.yaml beside it
+    cfg = AgentConfig(kind="checkpoint", path=str(tmp_path / "policy"))
+    with pytest.warns(UserWarning, match="does not record the env .*assuming nbr_obs=3"):
+        agent = build_agent(cfg, greedy=True)
+    assert (agent.trained_nbr_obs, agent.trained_action_space) == (None, None)
 
 
 def test_missing_or_empty_checkpoint_is_a_clear_error(tmp_path: Path) -> None:

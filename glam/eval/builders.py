@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -47,6 +49,8 @@ def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     Raises:
         FileNotFoundError: a checkpoint or BC folder that does not exist or is not one.
         glam.ModelNotFoundError: a model spec that resolves to nothing.
+        glam.policy.CheckpointError: a saved policy with a missing, truncated or malformed file,
+            or whose model needs its own code while `agent.trust_remote_code` is off.
     """
     if cfg.kind == "random":
         return RandomAgent()
@@ -69,7 +73,7 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         raise FileNotFoundError(f"{folder} holds no saved policy (LLMActorCritic.save_pretrained)")
     from glam.models.loading import DTYPES
 
-    policy = LLMActorCritic.from_pretrained(folder)
+    policy = LLMActorCritic.from_pretrained(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
     if cfg.dtype != "float32":
         policy.model.to(DTYPES[cfg.dtype])  # the heads stay in fp32
@@ -93,19 +97,60 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     agent = ScoringAgent(
         agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
     )
-    agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder)
+    agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
     return agent
 
 
-def _training_env(policy_folder: Path) -> tuple[int | None, str | None]:
-    """`env.nbr_obs` and `env.action_space` of the run that wrote a checkpoint, if recorded."""
-    run_config = policy_folder.parent / "config.yaml"  # next to policy/ in a checkpoint
-    if not run_config.is_file():
-        return None, None
-    from omegaconf import OmegaConf
+def _trust_remote_code(cfg: AgentConfig) -> bool:
+    """The user's `agent.trust_remote_code` (off when the config has no such field): whether a
+    model's own Python code may run. Never taken from the evaluated folder."""
+    return getattr(cfg, "trust_remote_code", False) is True
 
-    env = OmegaConf.load(run_config).get("env") or {}
-    return env.get("nbr_obs"), env.get("action_space")
+
+TRAINING_ENV_KEYS = ("name", "nbr_obs", "action_space", "language")
+"""Env settings compared between a policy's own record and its run's `config.yaml`."""
+
+
+def _training_env(
+    policy_folder: Path, recorded: Mapping[str, Any] | None
+) -> tuple[int | None, str | None]:
+    """`env.nbr_obs` and `env.action_space` the policy was trained with.
+
+    From the policy's own record (`glam_policy.json`, which travels with the weights), else from
+    the run's `config.yaml` beside `policy/` in a checkpoint. When both exist and disagree, the
+    policy's record is used and a warning says so; with neither, a warning names the defaults the
+    evaluation falls back to.
+    """
+    run_config = policy_folder.parent / "config.yaml"
+    from_run: dict | None = None
+    if run_config.is_file():
+        from omegaconf import OmegaConf
+
+        env = OmegaConf.load(run_config).get("env") or {}
+        from_run = {key: env.get(key) for key in TRAINING_ENV_KEYS if env.get(key) is not None}
+    if recorded is not None:
+        own = {key: recorded.get(key) for key in TRAINING_ENV_KEYS}
+        differ = {key: value for key, value in (from_run or {}).items() if own[key] != value}
+        if differ:
+            details = ", ".join(f"{k}={own[k]!r} (config.yaml: {v!r})" for k, v in differ.items())
+            warnings.warn(
+                f"{policy_folder / 'glam_policy.json'} and {run_config} disagree on the "
+                f"training env: {details}; evaluating with the policy's own record",
+                stacklevel=3,
+            )
+        return own["nbr_obs"], own["action_space"]
+    if from_run is not None:
+        return from_run.get("nbr_obs"), from_run.get("action_space")
+    from glam.eval.harness import DEFAULT_NBR_OBS
+
+    warnings.warn(
+        f"{policy_folder} does not record the env it was trained on (a policy saved before "
+        f"glam_policy.json held it, with no config.yaml beside it): assuming "
+        f"nbr_obs={DEFAULT_NBR_OBS} and the level's default action space; set eval.nbr_obs and "
+        "eval.action_space to the training run's env.nbr_obs and env.action_space",
+        stacklevel=3,
+    )
+    return None, None
 
 
 def _is_saved_policy(path: Path) -> bool:

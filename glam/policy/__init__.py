@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from glam.policy.heads import ActionHeads, ValueHead
-from glam.policy.llm_policy import LLMActorCritic, PolicyOutput
+from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
 from glam.policy.prompts import PromptHistory, build_prompt, chat_prompt, glam_prompt
 
 __all__ = [
     "ActionHeads",
+    "CheckpointError",
     "LLMActorCritic",
     "PolicyOutput",
     "PromptHistory",

@@ -8,25 +8,29 @@ itself (no second pass), or, with `value_from_base=True`, from the frozen base m
 adapter switched off (TWOSOME), so the critic cannot pull the policy's features around.
 
 Checkpoints are safetensors + JSON only (never pickles): the adapter in peft format, or the whole
-model; the heads in `heads.safetensors`; the configs in `glam_policy.json`.
+model; the heads in `heads.safetensors`; the configs and the training env in `glam_policy.json`.
+Loading one runs no code from it unless the caller allows it (`trust_remote_code`), and a
+missing, truncated or malformed file is a `CheckpointError` that names it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import PeftModel
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torch.distributions import Categorical
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from glam.config import AdapterConfig, ModelConfig, PolicyConfig
+from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.models.loading import DTYPES, load_model
 from glam.policy.adapters import (
     apply_lora,
@@ -83,6 +87,10 @@ class LLMActorCritic(nn.Module):
         self.policy_cfg = policy_cfg or PolicyConfig()
         self.model_cfg = model_cfg
         self.action_words = list(action_words)
+        self.training_env: dict[str, Any] | None = None
+        """The settings of the env the policy was trained on (`EnvConfig`'s fields, as recorded
+        by `save_pretrained`), when known. A plain dict: a record written by an older version
+        stays readable whatever fields `EnvConfig` gains or loses."""
         cfg = self.policy_cfg
         if cfg.value_from_base and not isinstance(model, PeftModel):
             raise ValueError(
@@ -207,14 +215,22 @@ class LLMActorCritic(nn.Module):
     # Checkpoints
     # ----------------------------------------------------------------------------------------
 
-    def save_pretrained(self, path: str | Path, *, include_base: bool | None = None) -> Path:
+    def save_pretrained(
+        self,
+        path: str | Path,
+        *,
+        include_base: bool | None = None,
+        training_env: EnvConfig | Mapping[str, Any] | None = None,
+    ) -> Path:
         """Write the policy to a folder; `LLMActorCritic.from_pretrained` reads it back.
 
         An adapter is saved in peft format under `adapter/` (`PeftModel.from_pretrained` loads
         it). The base weights are saved too (`base/`) unless they can be reloaded from
         `model_cfg.name_or_path`, i.e. unless `include_base` is False or, by default, the
         model is pretrained and named by a config. Without an adapter the whole model goes to
-        `model/`. Heads go to `heads.safetensors`, configs to `glam_policy.json`.
+        `model/`. Heads go to `heads.safetensors`, configs to `glam_policy.json`, with the env
+        the policy was trained on (`training_env`, by default `self.training_env`), so that a
+        policy folder copied on its own is still evaluated with its prompt length and actions.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -234,13 +250,21 @@ class LLMActorCritic(nn.Module):
             heads |= {f"action_heads.{k}": v for k, v in self.action_heads.state_dict().items()}
         save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, path / HEADS_FILE)
         dtype = next(k for k, v in DTYPES.items() if v == unwrap_model(self.model).dtype)
+        model = asdict(self.model_cfg) if self.model_cfg else None
+        if model is not None:
+            # Whether model code may run is decided by whoever loads the folder, never by it.
+            del model["trust_remote_code"]
+        env = training_env if training_env is not None else self.training_env
+        if isinstance(env, EnvConfig):
+            env = asdict(env)
         meta = {
             "format_version": FORMAT_VERSION,
             "weights": weights,
             "dtype": dtype,
-            "model": asdict(self.model_cfg) if self.model_cfg else None,
+            "model": model,
             "policy": asdict(self.policy_cfg),
             "action_words": self.action_words,
+            "env": dict(env) if env is not None else None,
         }
         (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return path
@@ -257,42 +281,235 @@ class LLMActorCritic(nn.Module):
         self.tokenizer.save_pretrained(folder)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> LLMActorCritic:
-        """Restore a policy written by `save_pretrained` (adapter trainable, heads loaded)."""
+    def from_pretrained(
+        cls, path: str | Path, *, trust_remote_code: bool = False
+    ) -> LLMActorCritic:
+        """Restore a policy written by `save_pretrained` (adapter trainable, heads loaded).
+
+        `trust_remote_code` is the caller's decision (the user's `model.trust_remote_code` when
+        resuming, `agent.trust_remote_code` when evaluating), never the folder's: a checkpoint
+        is data, and a model folder may name Python files beside it (`auto_map` in its
+        `config.json`) that would run on load. Without it, a model of a type transformers knows
+        loads with transformers' own code, and any other model is refused.
+
+        Raises:
+            CheckpointError: a file of the folder is missing, truncated or malformed (the message
+                names it), or the model needs its own code and `trust_remote_code` is False.
+            glam.ModelNotFoundError: an adapter-only folder whose base model cannot be found.
+        """
         path = Path(path)
-        meta = json.loads((path / CONFIG_FILE).read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path / CONFIG_FILE}: unknown format {meta.get('format_version')}")
-        model_cfg = _model_config(meta["model"]) if meta["model"] else None
-        policy_cfg = PolicyConfig(**meta["policy"])
-        trust = bool(model_cfg and model_cfg.trust_remote_code)
-        weights = meta["weights"]
-        if weights == "full":
-            model, tokenizer = load_model(
-                str(path / "model"), dtype=meta["dtype"], trust_remote_code=trust
+        meta = _read_meta(path / CONFIG_FILE)
+        try:
+            model_cfg = _model_config(meta["model"], trust_remote_code) if meta["model"] else None
+            policy_cfg = PolicyConfig(**meta["policy"])
+        except (TypeError, ValueError, KeyError) as error:
+            raise CheckpointError(f"{path / CONFIG_FILE}: malformed settings: {error}") from None
+        weights, dtype = meta["weights"], meta["dtype"]
+        if weights == "adapter" and model_cfg is None:
+            raise CheckpointError(
+                f"{path / CONFIG_FILE}: weights='adapter' but no model settings name the base"
             )
+        _check_files(path, weights)
+        if weights == "full":
+            model, tokenizer = _load_saved_model(path / "model", dtype, trust_remote_code)
             if model_cfg is None or model_cfg.disable_dropout:
                 disable_dropout(model)
         else:
-            source = str(path / "base") if weights == "adapter+base" else model_cfg.name_or_path
-            base, tokenizer = load_model(source, dtype=meta["dtype"], trust_remote_code=trust)
+            if weights == "adapter+base":
+                base, tokenizer = _load_saved_model(path / "base", dtype, trust_remote_code)
+            else:
+                base, tokenizer = _load_model_explained(
+                    model_cfg.name_or_path,
+                    dtype,
+                    trust_remote_code,
+                    f"base model {model_cfg.name_or_path!r} of {path}",
+                )
             if model_cfg.disable_dropout:
                 disable_dropout(base)
-            with quiet_peft():
-                model = PeftModel.from_pretrained(base, path / "adapter", is_trainable=True)
+            try:
+                with quiet_peft():
+                    model = PeftModel.from_pretrained(base, path / "adapter", is_trainable=True)
+            except (OSError, ValueError, RuntimeError, KeyError) as error:
+                raise CheckpointError(
+                    f"{path / 'adapter'}: the LoRA adapter does not load onto its base model: "
+                    f"{error}"
+                ) from error
         if model_cfg and model_cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
-        policy = cls(model, tokenizer, policy_cfg, meta["action_words"], model_cfg=model_cfg)
-        heads = load_file(path / HEADS_FILE)
+        try:
+            policy = cls(model, tokenizer, policy_cfg, meta["action_words"], model_cfg=model_cfg)
+        except ValueError as error:
+            raise CheckpointError(f"{path / CONFIG_FILE}: {error}") from None
+        policy.training_env = meta.get("env")
+        _load_heads(policy, path / HEADS_FILE)
+        return policy
+
+
+class CheckpointError(ValueError):
+    """A policy folder that cannot be loaded: a file missing, truncated or malformed, or model
+    code that is not allowed to run. The message names the file."""
+
+
+WEIGHTS_KINDS = ("full", "adapter", "adapter+base")
+"""What a policy folder holds: the whole model (`model/`), a LoRA adapter on a base named by the
+model settings (`adapter/`), or the adapter and its base (`adapter/`, `base/`)."""
+
+
+def _read_meta(file: Path) -> dict:
+    """`glam_policy.json`, checked for the keys and types `from_pretrained` relies on."""
+    if not file.is_file():
+        what = "folder does not exist" if not file.parent.is_dir() else "file is missing"
+        raise CheckpointError(f"{file}: {what} (not a policy saved by save_pretrained)")
+    try:
+        meta = json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{file}: not a JSON object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{file}: unknown format {meta.get('format_version')!r}")
+    expected = {
+        "weights": str,
+        "dtype": str,
+        "model": (dict, type(None)),
+        "policy": dict,
+        "action_words": list,
+    }
+    for key, types in expected.items():
+        if key not in meta:
+            raise CheckpointError(f"{file}: missing key {key!r}")
+        if not isinstance(meta[key], types):
+            raise CheckpointError(f"{file}: {key!r} has the wrong type ({meta[key]!r})")
+    if meta["weights"] not in WEIGHTS_KINDS:
+        raise CheckpointError(f"{file}: weights={meta['weights']!r} is not one of {WEIGHTS_KINDS}")
+    if meta["dtype"] not in DTYPES:
+        raise CheckpointError(f"{file}: dtype={meta['dtype']!r} is not one of {sorted(DTYPES)}")
+    if not all(isinstance(word, str) for word in meta["action_words"]):
+        raise CheckpointError(f"{file}: action_words must be strings ({meta['action_words']!r})")
+    if not isinstance(meta.get("env"), (dict, type(None))):
+        raise CheckpointError(f"{file}: 'env' has the wrong type ({meta['env']!r})")
+    return meta
+
+
+def _check_files(path: Path, weights: str) -> None:
+    """Every file `weights` needs is there and whole, before a library reads it: a truncated
+    or garbage file is reported by name, not as a library's traceback."""
+    _check_safetensors(path / HEADS_FILE)
+    if weights != "full":
+        _check_json(path / "adapter" / "adapter_config.json")
+        _check_safetensors(path / "adapter" / "adapter_model.safetensors")
+    for folder in {"full": ["model"], "adapter+base": ["base"]}.get(weights, []):
+        _check_model_folder(path / folder)
+
+
+def _check_model_folder(folder: Path) -> None:
+    """A Hugging Face model folder: valid JSON files, and whole safetensors weights (pickled
+    weights are never loaded from a checkpoint)."""
+    for file in [folder / "config.json", *sorted(folder.glob("*.json"))]:
+        _check_json(file)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: no 'weight_map' naming the weight files")
+        for name in sorted(set(weight_map.values())):
+            _check_safetensors(folder / name)
+    else:
+        _check_safetensors(folder / "model.safetensors")
+
+
+def _check_json(file: Path) -> None:
+    if not file.is_file():
+        raise CheckpointError(f"{file}: file is missing")
+    try:
+        json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
+
+
+def _check_safetensors(file: Path) -> None:
+    """The file exists, its header parses and the file holds every byte the header describes."""
+    if not file.is_file():
+        raise CheckpointError(f"{file}: file is missing")
+    size = file.stat().st_size
+    with file.open("rb") as stream:
+        prefix = stream.read(8)
+        if len(prefix) < 8:
+            raise CheckpointError(f"{file}: truncated ({size} bytes, not even a header)")
+        header_size = int.from_bytes(prefix, "little")
+        if 8 + header_size > size:
+            raise CheckpointError(
+                f"{file}: truncated or not a safetensors file (its first 8 bytes announce a "
+                f"{header_size}-byte header, the file has {size} bytes)"
+            )
+        try:
+            header = json.loads(stream.read(header_size))
+            end = max(
+                (v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                default=0,
+            )
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
+            raise CheckpointError(f"{file}: not a safetensors file (unreadable header)") from None
+    if 8 + header_size + end > size:
+        raise CheckpointError(
+            f"{file}: truncated ({size} bytes, its header describes {8 + header_size + end})"
+        )
+    try:
+        safe_open(file, framework="pt").keys()
+    except SafetensorError as error:  # safetensors' own checks: offsets, dtypes, overlaps
+        raise CheckpointError(f"{file}: not a valid safetensors file ({error})") from None
+
+
+def _load_saved_model(
+    folder: Path, dtype: str, trust_remote_code: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    try:
+        return _load_model_explained(str(folder), dtype, trust_remote_code, str(folder))
+    except (OSError, ValueError, RuntimeError, KeyError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"{folder}: the saved model does not load: {error}") from error
+
+
+def _load_model_explained(
+    spec: str, dtype: str, trust_remote_code: bool, where: str
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """`load_model`, with transformers' refusal of model code told in glam's terms."""
+    try:
+        return load_model(spec, dtype=dtype, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if trust_remote_code or "trust_remote_code" not in str(error):
+            raise
+        raise CheckpointError(
+            f"{where}: the model needs its own Python code (its config.json names it in "
+            "'auto_map'), which does not run unless you allow it: pass trust_remote_code=True "
+            "to LLMActorCritic.from_pretrained (model.trust_remote_code=true to resume "
+            "training, agent.trust_remote_code=true to evaluate). Allow it only for a "
+            "checkpoint whose code you trust."
+        ) from None
+
+
+def _load_heads(policy: LLMActorCritic, file: Path) -> None:
+    try:
+        heads = load_file(file)
         policy.value_head.load_state_dict(_with_prefix(heads, "value_head."))
         if policy.action_heads is not None:
             policy.action_heads.load_state_dict(_with_prefix(heads, "action_heads."))
-        return policy
+    except (SafetensorError, RuntimeError) as error:  # RuntimeError: missing keys, shapes
+        raise CheckpointError(f"{file}: the heads do not load: {error}") from None
 
 
 def _with_prefix(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
-def _model_config(data: dict) -> ModelConfig:
-    return ModelConfig(**{**data, "lora": AdapterConfig(**data["lora"])})
+def _model_config(data: dict, trust_remote_code: bool) -> ModelConfig:
+    # A `trust_remote_code` recorded by older versions is dropped: the caller decides.
+    return ModelConfig(
+        **{
+            **data,
+            "lora": AdapterConfig(**data["lora"]),
+            "trust_remote_code": trust_remote_code,
+        }
+    )
