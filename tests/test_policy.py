@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from helpers_tiny import (
 )
 from peft import PeftModel
 
-from glam.config import AdapterConfig, ModelConfig, PolicyConfig
+from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.policy import ActionHeads, LLMActorCritic, ValueHead, glam_prompt
 from glam.policy.adapters import default_lora_targets
 from glam.scoring import prompt_hidden_states, score_candidates
@@ -27,7 +28,8 @@ PROMPTS = [
     glam_prompt("pick up the blue key", ACTION_WORDS, OBSERVATIONS[:1], []),
 ]
 CANDIDATES = [ACTION_WORDS, ["pick up", "turn left"]]
-SMALL_HEADS = PolicyConfig(value_hidden_sizes=[16, 16])
+SMALL_HEADS = PolicyConfig(value_hidden_sizes=[16, 16], temperature=1.0)
+"""Temperature 1 (GLAM's, not the default): the logits are the candidates' scores."""
 LORA = ModelConfig(name_or_path="tiny", lora=AdapterConfig(enabled=True, r=4, alpha=8))
 FULL = ModelConfig(name_or_path="tiny", lora=AdapterConfig(enabled=False))
 
@@ -59,6 +61,19 @@ def test_heads_shapes_and_fp32():
     linears = [m for m in value.modules() if isinstance(m, torch.nn.Linear)]
     assert [m.out_features for m in linears] == [8, 8, 1]
     assert sum(isinstance(m, torch.nn.Sigmoid) for m in value.modules()) == 2
+
+
+def test_heads_run_in_fp32_under_autocast():
+    """Accelerate's `mixed_precision: bf16` runs the policy's forward under autocast, which
+    would compute the heads' linear layers in bf16."""
+    hidden = torch.randn(5, 12, dtype=torch.bfloat16)
+    for head in (ValueHead(12, (8, 8), "sigmoid"), ActionHeads(12, 6, (8,), "relu")):
+        with torch.no_grad():
+            expected = head(hidden)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                output = head(hidden)
+        assert output.dtype == torch.float32
+        torch.testing.assert_close(output, expected, rtol=0, atol=0)
 
 
 def test_heads_refuse_bad_settings():
@@ -198,7 +213,7 @@ def test_value_from_base_needs_an_adapter():
 
 
 def test_action_heads_policy():
-    policy_cfg = PolicyConfig(head="action_heads", value_hidden_sizes=[16])
+    policy_cfg = PolicyConfig(head="action_heads", value_hidden_sizes=[16], temperature=1.0)
     policy = lora_policy("t5", policy_cfg)
     output = policy(PROMPTS)  # candidates default to the action words
     assert output.logits.shape == (2, 6) and output.mask.all()
@@ -234,6 +249,28 @@ def test_gradient_checkpointing_and_bf16_autocast():
     assert rounded.logits.dtype == torch.float32 and rounded.values.dtype == torch.float32
     difference = (rounded.logits - expected.logits)[expected.mask].abs()
     assert 0 < float(difference.max()) < 0.05 * float(expected.logits[expected.mask].abs().max())
+
+
+@pytest.mark.parametrize("head", ["scoring", "action_heads"])
+def test_policy_heads_are_fp32_under_the_launchers_bf16_autocast(head):
+    policy = lora_policy(policy_cfg=PolicyConfig(head=head, value_hidden_sizes=[16, 16]))
+    candidates = CANDIDATES if head == "scoring" else None
+    inputs = {}  # the hidden state each head receives
+    for name in ("value_head", "action_heads"):
+        if getattr(policy, name) is not None:
+            getattr(policy, name).register_forward_pre_hook(
+                lambda _, args, name=name: inputs.__setitem__(name, args[0])
+            )
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        output = policy(PROMPTS, candidates)
+    assert output.values.dtype == torch.float32 and output.logits.dtype == torch.float32
+    with torch.no_grad():  # the fp32 heads, outside autocast, on the same hidden state
+        values = policy.value_head.net(inputs["value_head"].float()).squeeze(-1)
+        torch.testing.assert_close(output.values, values, rtol=0, atol=0)
+        if head == "action_heads":
+            logits = policy.action_heads.net(inputs["action_heads"].float())
+            logits = logits / policy.policy_cfg.temperature
+            torch.testing.assert_close(output.logits, logits, rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,6 +324,19 @@ def test_lora_checkpoint_round_trip(tmp_path):
     torch.testing.assert_close(direct, expected)
 
 
+def test_training_env_is_recorded_and_survives_a_resume(tmp_path):
+    policy = lora_policy()
+    env = EnvConfig(name="BabyAI-GoToRedBallNoDists-v0", nbr_obs=2, action_space="nav")
+    policy.save_pretrained(tmp_path / "first", include_base=True, training_env=env)
+    restored = LLMActorCritic.from_pretrained(tmp_path / "first")
+    assert restored.training_env == asdict(env)
+    # A resumed policy saved again without being told keeps its record; a new one has none.
+    restored.save_pretrained(tmp_path / "second", include_base=True)
+    assert LLMActorCritic.from_pretrained(tmp_path / "second").training_env == asdict(env)
+    lora_policy().save_pretrained(tmp_path / "third", include_base=True)
+    assert LLMActorCritic.from_pretrained(tmp_path / "third").training_env is None
+
+
 def test_full_model_checkpoint_round_trip_with_action_heads(tmp_path):
     model, tokenizer = tiny_seq2seq_lm()
     policy_cfg = PolicyConfig(head="action_heads", value_hidden_sizes=[16])
@@ -320,7 +370,8 @@ def test_npae_keeps_only_the_pretrained_embeddings(tmp_path):
 @pytest.mark.slow
 def test_embedded_model_policy_with_lora_round_trip(tmp_path):
     """The real model: LoRA starts as the identity, and an adapter-only checkpoint restores."""
-    policy = LLMActorCritic.from_config(ModelConfig(), PolicyConfig(), ACTION_WORDS)
+    policy_cfg = PolicyConfig(temperature=1.0)
+    policy = LLMActorCritic.from_config(ModelConfig(), policy_cfg, ACTION_WORDS)
     policy.eval()
     prompts, candidates = PROMPTS[1:], CANDIDATES[1:]
     with torch.no_grad():

@@ -2,8 +2,14 @@
 
 Both read one vector per prompt (the last prompt token for causal models, the first decoder
 position for encoder-decoder ones), so they depend on the prompt only. The original GLAM heads
-are hidden -> 1024 -> 1024 -> out with sigmoid activations; they are kept in fp32 whatever the
-language model's dtype, since the value regression is sensitive to bf16 rounding.
+are hidden -> 1024 -> 1024 -> out with sigmoid activations.
+
+Both heads run in fp32 whatever the language model's dtype and whatever autocast is active
+around them (Accelerate's `mixed_precision: bf16` runs the whole policy's forward under autocast,
+which would otherwise compute every `nn.Linear` in bf16): the value regression is sensitive to
+bf16 rounding (8 bits of mantissa are about 2-3 significant digits of a return), and the action
+heads' outputs are the policy's logits, whose bf16 rounding (up to 0.03 on a logit of 8) would
+land in PPO's probability ratio as noise. The heads are small MLPs: fp32 costs nothing visible.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def run_fp32(net: nn.Module, hidden: Tensor) -> Tensor:
+    """`net(hidden)` in fp32 with autocast switched off (an outer autocast would run it in bf16)."""
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        return net(hidden.float())
+
+
 class ValueHead(nn.Module):
     """State value from the prompt representation: (B, hidden_size) -> (B,)."""
 
@@ -48,7 +60,7 @@ class ValueHead(nn.Module):
         self.net = mlp(hidden_size, hidden_sizes, 1, activation)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return self.net(hidden.to(torch.float32)).squeeze(-1)
+        return run_fp32(self.net, hidden).squeeze(-1)
 
 
 class ActionHeads(nn.Module):
@@ -70,4 +82,4 @@ class ActionHeads(nn.Module):
         self.net = mlp(hidden_size, hidden_sizes, num_actions, activation)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return self.net(hidden.to(torch.float32))
+        return run_fp32(self.net, hidden)
