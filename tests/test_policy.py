@@ -325,16 +325,27 @@ def test_lora_checkpoint_round_trip(tmp_path):
 
 
 def test_training_env_is_recorded_and_survives_a_resume(tmp_path):
-    policy = lora_policy()
+    folder = save_tiny_model(tmp_path / "tiny", "llama")
+    model_cfg = ModelConfig(name_or_path=str(folder), lora=AdapterConfig(r=4, alpha=8))
     env = EnvConfig(name="BabyAI-GoToRedBallNoDists-v0", nbr_obs=2, action_space="nav")
-    policy.save_pretrained(tmp_path / "first", include_base=True, training_env=env)
+    policy = LLMActorCritic.from_config(model_cfg, SMALL_HEADS, ACTION_WORDS, training_env=env)
+    policy.save_pretrained(tmp_path / "first")
     restored = LLMActorCritic.from_pretrained(tmp_path / "first")
     assert restored.training_env == asdict(env)
-    # A resumed policy saved again without being told keeps its record; a new one has none.
-    restored.save_pretrained(tmp_path / "second", include_base=True)
+    # A resumed policy saved again without being told keeps its record.
+    restored.save_pretrained(tmp_path / "second")
     assert LLMActorCritic.from_pretrained(tmp_path / "second").training_env == asdict(env)
-    lora_policy().save_pretrained(tmp_path / "third", include_base=True)
-    assert LLMActorCritic.from_pretrained(tmp_path / "third").training_env is None
+    # The caller's env replaces the record: on resume, and as save_pretrained's argument.
+    other = EnvConfig(name="BabyAI-GoToLocal-v0", nbr_obs=3, action_space="default")
+    resumed = LLMActorCritic.from_pretrained(tmp_path / "second", training_env=other)
+    assert resumed.training_env == asdict(other)
+    restored.save_pretrained(tmp_path / "third", training_env=other)
+    assert LLMActorCritic.from_pretrained(tmp_path / "third").training_env == asdict(other)
+    # Built without one (or saved by an older version): no record.
+    LLMActorCritic.from_config(model_cfg, SMALL_HEADS, ACTION_WORDS).save_pretrained(
+        tmp_path / "fourth"
+    )
+    assert LLMActorCritic.from_pretrained(tmp_path / "fourth").training_env is None
 
 
 def test_full_model_checkpoint_round_trip_with_action_heads(tmp_path):

@@ -136,16 +136,26 @@ class LLMActorCritic(nn.Module):
 
     @classmethod
     def from_config(
-        cls, model_cfg: ModelConfig, policy_cfg: PolicyConfig, action_words: Sequence[str]
+        cls,
+        model_cfg: ModelConfig,
+        policy_cfg: PolicyConfig,
+        action_words: Sequence[str],
+        *,
+        training_env: EnvConfig | Mapping[str, Any] | None = None,
     ) -> LLMActorCritic:
-        """Load the model named by `model_cfg` (random weights but its embeddings for NPAE)."""
+        """Load the model named by `model_cfg` (random weights but its embeddings for NPAE).
+
+        `training_env`, the env the policy is trained on, is recorded by `save_pretrained`.
+        """
         model, tokenizer = load_model(
             model_cfg.name_or_path,
             dtype=model_cfg.dtype,
             trust_remote_code=model_cfg.trust_remote_code,
             pretrained=model_cfg.pretrained,
         )
-        return cls.from_model(model, tokenizer, model_cfg, policy_cfg, action_words)
+        policy = cls.from_model(model, tokenizer, model_cfg, policy_cfg, action_words)
+        policy.training_env = _env_record(training_env)
+        return policy
 
     # ----------------------------------------------------------------------------------------
     # Forward
@@ -254,9 +264,7 @@ class LLMActorCritic(nn.Module):
         if model is not None:
             # Whether model code may run is decided by whoever loads the folder, never by it.
             del model["trust_remote_code"]
-        env = training_env if training_env is not None else self.training_env
-        if isinstance(env, EnvConfig):
-            env = asdict(env)
+        env = _env_record(training_env) or self.training_env
         meta = {
             "format_version": FORMAT_VERSION,
             "weights": weights,
@@ -264,7 +272,7 @@ class LLMActorCritic(nn.Module):
             "model": model,
             "policy": asdict(self.policy_cfg),
             "action_words": self.action_words,
-            "env": dict(env) if env is not None else None,
+            "env": env,
         }
         (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return path
@@ -282,7 +290,11 @@ class LLMActorCritic(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, *, trust_remote_code: bool = False
+        cls,
+        path: str | Path,
+        *,
+        trust_remote_code: bool = False,
+        training_env: EnvConfig | Mapping[str, Any] | None = None,
     ) -> LLMActorCritic:
         """Restore a policy written by `save_pretrained` (adapter trainable, heads loaded).
 
@@ -291,6 +303,8 @@ class LLMActorCritic(nn.Module):
         is data, and a model folder may name Python files beside it (`auto_map` in its
         `config.json`) that would run on load. Without it, a model of a type transformers knows
         loads with transformers' own code, and any other model is refused.
+
+        `training_env` replaces the env recorded in the folder (a resumed run passes its own).
 
         Raises:
             CheckpointError: a file of the folder is missing, truncated or malformed (the message
@@ -340,7 +354,7 @@ class LLMActorCritic(nn.Module):
             policy = cls(model, tokenizer, policy_cfg, meta["action_words"], model_cfg=model_cfg)
         except ValueError as error:
             raise CheckpointError(f"{path / CONFIG_FILE}: {error}") from None
-        policy.training_env = meta.get("env")
+        policy.training_env = _env_record(training_env) or meta.get("env")
         _load_heads(policy, path / HEADS_FILE)
         return policy
 
@@ -498,6 +512,13 @@ def _load_heads(policy: LLMActorCritic, file: Path) -> None:
             policy.action_heads.load_state_dict(_with_prefix(heads, "action_heads."))
     except (SafetensorError, RuntimeError) as error:  # RuntimeError: missing keys, shapes
         raise CheckpointError(f"{file}: the heads do not load: {error}") from None
+
+
+def _env_record(env: EnvConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The env settings as `glam_policy.json` records them: a plain dict of `EnvConfig`'s fields."""
+    if env is None:
+        return None
+    return asdict(env) if isinstance(env, EnvConfig) else dict(env)
 
 
 def _with_prefix(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
