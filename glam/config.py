@@ -1,15 +1,41 @@
 """Typed configuration of glam, registered with Hydra so a misspelt key fails at start-up.
 
 Each dataclass documents its fields once (the docstring under each field) and validates itself in
-`__post_init__`. The YAML presets in `configs/` fill these; scripts receive the validated objects
-(`to_object`), never loose keyword arguments.
+`__post_init__`. The dataclass defaults ARE the default preset (`configs/smollm2_lora_cpu.yaml`
+only restates them): `TrainingRunConfig()` in Python is what the training script runs with no
+`--config-name`. The other presets in `configs/` set every value they change.
+
+Every Hydra script turns its composed config into these objects through one function,
+`validate_config` (via the `config_main` decorator): keys outside the schema, added with `+` or
+not, and values that fail a `__post_init__` check become a `ConfigError` that names the key and
+what to do, and the script exits with status 1.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
 
-from omegaconf import MISSING  # noqa: F401  (re-exported for configs that need a required key)
+from omegaconf import (
+    MISSING,  # noqa: F401  (re-exported for configs that need a required key)
+    DictConfig,
+    OmegaConf,
+)
+from omegaconf.errors import OmegaConfBaseException
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+"""The repository's Hydra presets (training presets at the top, `eval/`, `bc/`, `demos/`)."""
+
+Schema = TypeVar("Schema")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -95,10 +121,11 @@ class PolicyConfig:
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
     prompt_format: str = "glam"
     """`glam`: the original text format; `chat`: the model's chat template around it."""
-    temperature: float = 1.0
-    """The policy is softmax(scores / temperature). 1 is GLAM's. Above 1 flattens a prior that
-    a small model concentrates on a few actions (SmolLM2-135M gives "go forward" p < 0.01
-    zero-shot), so that PPO can sample, and be rewarded for, the others."""
+    temperature: float = 5.0
+    """The policy is softmax(scores / temperature). GLAM's is 1 (`glam_paper`). The default 5
+    flattens a prior that a small model concentrates on a few actions (SmolLM2-135M gives
+    "go forward" p < 0.01 zero-shot; /5 starts it near 0.13), so that PPO can sample, and be
+    rewarded for, the others."""
 
     def __post_init__(self) -> None:
         _check_choice("policy.head", self.head, ("scoring", "action_heads"))
@@ -118,18 +145,26 @@ class PolicyConfig:
 
 @dataclass
 class EnvConfig:
-    """Which BabyAI-Text level the agent is trained on, and how many copies run at once."""
+    """Which BabyAI-Text level the agent is trained on, and how many copies run at once.
 
-    name: str = "BabyAI-GoToLocal-v0"
-    """Registered BabyAI-Text (or minigrid BabyAI) level id."""
-    num_envs: int = 4
-    """Environments in total, over all processes; each process steps num_envs / world_size."""
-    nbr_obs: int = 3
-    """Observations kept in the prompt (with the actions between them)."""
-    action_space: str = "default"
-    """Action space name in `babyai_text.actions.ACTION_SPACES` (`default`, `nav`, `noop`...)."""
-    reward_scale: float = 20.0
-    """Factor applied to BabyAI's reward (1 - 0.9 t / max_steps on success) before GAE."""
+    The defaults are a task the embedded SmolLM2-135M learns on a CPU in about an hour; GLAM's
+    set-up (MixedTrainLocal, 32 envs, six actions, 3 observations, rewards x 20) is `glam_paper`.
+    """
+
+    name: str = "BabyAI-GoToRedBallNoDists-v0"
+    """Registered BabyAI-Text (or minigrid BabyAI) level id. GLAM: BabyAI-MixedTrainLocal-v0."""
+    num_envs: int = 8
+    """Environments in total, over all processes; each process steps num_envs / world_size.
+    GLAM: 32."""
+    nbr_obs: int = 1
+    """Observations kept in the prompt (with the actions between them). GLAM: 3; one keeps the
+    prompt near 60 tokens, and the default level needs only the current view."""
+    action_space: str = "nav"
+    """Action space name in `babyai_text.actions.ACTION_SPACES` (`default`, `nav`, `noop`...).
+    GLAM: `default` (six actions); the default level needs only the three of `nav`."""
+    reward_scale: float = 1.0
+    """Factor applied to BabyAI's reward (1 - 0.9 t / max_steps on success) before GAE. GLAM:
+    20; with 20 the value loss dominates the clipped gradient of a LoRA-tuned small model."""
     language: str = "en"
     """Language of the prompt and observations (`en`, or `fr` for GoTo levels)."""
 
@@ -144,10 +179,16 @@ class EnvConfig:
 
 @dataclass
 class PPOConfig:
-    """Proximal Policy Optimisation hyperparameters (defaults: the original GLAM's, LoRA lr)."""
+    """Proximal Policy Optimisation hyperparameters.
 
-    lr: float = 1e-4
-    """Adam learning rate (the original full fine-tune used 1e-6; LoRA wants more)."""
+    Clipping, discounting, loss weights and Adam's betas and epsilon are GLAM's; the rollout
+    length, epochs, minibatches and learning rate are sized for LoRA on a small model on a CPU
+    (GLAM's values are in `glam_paper`).
+    """
+
+    lr: float = 2e-3
+    """Adam learning rate. GLAM's full fine-tune of Flan-T5 used 1e-6; a LoRA adapter on a
+    135M model needs far more."""
     lr_schedule: str = "constant"
     """Learning-rate schedule over updates: `constant`, `linear` (to 0) or `cosine` (to 0)."""
     warmup_updates: int = 0
@@ -158,15 +199,15 @@ class PPOConfig:
     """Adam epsilon."""
     weight_decay: float = 0.0
     """Decoupled weight decay (AdamW); 0 is plain Adam."""
-    frames_per_env: int = 40
-    """Environment steps per environment between two updates (the rollout length)."""
-    epochs: int = 4
-    """Passes over the rollout per update."""
-    minibatch_size: int = 32
+    frames_per_env: int = 32
+    """Environment steps per environment between two updates (the rollout length). GLAM: 40."""
+    epochs: int = 2
+    """Passes over the rollout per update. GLAM: 4."""
+    minibatch_size: int = 64
     """Transitions per gradient step, over all processes (each takes minibatch / world_size)."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = 16
     """Transitions per forward/backward on one process (gradient accumulation); None: whole
-    local minibatch at once."""
+    local minibatch at once. 16 bounds the memory of a CPU update."""
     clip_eps: float = 0.2
     """Clipping range of the probability ratio."""
     value_clip_eps: float | None = 0.2
@@ -217,14 +258,15 @@ below the evaluation seeds (`glam.eval.config.SEED_BASE`)."""
 class TrainConfig:
     """Length of the run, seeding, outputs, checkpoints and logging."""
 
-    total_frames: int = 2048
-    """Environment steps to collect in total, over all environments and processes."""
-    seed: int = 0
+    total_frames: int = 6144
+    """Environment steps to collect in total, over all environments and processes (the default:
+    24 updates of 256; GLAM: 1.5M)."""
+    seed: int = 1
     """Seed of the run: torch/numpy/python RNGs (plus rank) and the environments' episodes."""
     output_dir: str = ""
     """Run folder (config.yaml, metrics.csv, TensorBoard events, checkpoints/); empty: the main
     process picks runs/<config name>-<date>-<time>."""
-    save_every: int = 10
+    save_every: int = 4
     """Write a checkpoint every this many updates (and always at the end); 0: only at the end."""
     keep_checkpoints: int = 3
     """Most recent checkpoints kept on disk; 0 keeps them all."""
@@ -260,7 +302,11 @@ class TrainConfig:
 
 @dataclass
 class TrainingRunConfig:
-    """Everything `scripts/train_language_agent.py` needs: the root of the Hydra presets."""
+    """Everything `scripts/train_language_agent.py` needs: the root of the Hydra presets.
+
+    `TrainingRunConfig()` is the default preset, `smollm2_lora_cpu`: the embedded SmolLM2-135M
+    with a LoRA adapter, on the CPU, going to the red ball (docs/training.md).
+    """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -295,3 +341,227 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="training_run_schema", node=TrainingRunConfig)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: the one path from a composed Hydra config to a checked dataclass
+# --------------------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """A configuration that does not fit its schema; the message names the key and the fix."""
+
+
+def validate_config(raw: DictConfig | Mapping[str, Any], schema_cls: type[Schema]) -> Schema:
+    """The `schema_cls` object of a composed config, after checking every key and value.
+
+    Keys that are not fields of the schema (at any depth) are errors: Hydra's `+key=value` adds
+    them to a structured config, and `OmegaConf.to_object` would then drop them silently. The
+    values go through the schema's types and each dataclass's `__post_init__` checks.
+
+    Raises:
+        ConfigError: unknown keys (each named with its section's valid keys or a close match),
+            a value of the wrong type, or a failed `__post_init__` check.
+    """
+    data = OmegaConf.to_container(raw, resolve=False) if isinstance(raw, DictConfig) else raw
+    data = {key: value for key, value in data.items() if key != "hydra"}
+    if problems := unknown_key_errors(data, schema_cls):
+        raise ConfigError("; ".join(problems))
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(schema_cls), data)
+        return OmegaConf.to_object(typed)
+    except OmegaConfBaseException as error:  # a wrong type, a missing or unresolvable value
+        raise ConfigError(_first_line(error)) from error
+    except ValueError as error:  # a __post_init__ check
+        raise ConfigError(str(error)) from error
+
+
+def unknown_key_errors(data: Mapping[str, Any], schema_cls: type, prefix: str = "") -> list[str]:
+    """One message per key of `data` (nested mappings included) that `schema_cls` lacks."""
+    names = [item.name for item in dataclasses.fields(schema_cls)]
+    hints = typing.get_type_hints(schema_cls)
+    problems = []
+    for key, value in data.items():
+        if key not in names:
+            problems.append(_unknown_key_message(prefix, str(key), names))
+            continue
+        nested = _dataclass_of(hints[key])
+        if nested is not None and isinstance(value, Mapping):
+            problems += unknown_key_errors(value, nested, f"{prefix}{key}.")
+    return problems
+
+
+def check_override_keys(overrides: Iterable[str], schema_cls: type) -> None:
+    """Refuse command-line overrides whose key is not in `schema_cls`, `+key=value` or not.
+
+    Hydra's own message for `key=value` on an unknown key suggests the `+` form, which would
+    only add the key for `to_object` to drop: both forms get the same message here, naming
+    the valid keys. Hydra's own settings (`hydra.*`) and config groups (`a/b=...`) pass.
+
+    Raises:
+        ConfigError: the first unknown key of each override, with its section's valid keys.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return  # not valid override syntax: Hydra reports it
+    problems = []
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_hydra_override() or override.package is not None or "/" in key:
+            continue
+        if problem := _unknown_path(key.split("."), schema_cls, ""):
+            problems.append(problem)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _unknown_path(parts: Sequence[str], schema_cls: type, prefix: str) -> str | None:
+    names = [item.name for item in dataclasses.fields(schema_cls)]
+    head, *rest = parts
+    if head not in names:
+        return _unknown_key_message(prefix, head, names)
+    nested = _dataclass_of(typing.get_type_hints(schema_cls)[head])
+    if not rest or nested is None:
+        return None  # a leaf, or a free-form mapping below it
+    return _unknown_path(rest, nested, f"{prefix}{head}.")
+
+
+def _unknown_key_message(prefix: str, key: str, names: list[str]) -> str:
+    section = prefix.rstrip(".")
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    where = f"of {section}" if section else "at the top level"
+    return f"unknown key {prefix}{key}{hint}; valid keys {where}: {', '.join(names)}"
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (`X` or `X | None`), or None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        for option in typing.get_args(hint):
+            if dataclasses.is_dataclass(option):
+                return option
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    """An OmegaConf or Hydra message without its detail lines (`full_key:`, search path...)."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    key = getattr(error, "full_key", None)
+    return f"{key}: {message}" if key and key not in message else message
+
+
+def validate_or_exit(raw: DictConfig | Mapping[str, Any], schema_cls: type[Schema]) -> Schema:
+    """`validate_config`, or print `error: invalid configuration: ...` and exit with status 1."""
+    try:
+        return validate_config(raw, schema_cls)
+    except ConfigError as error:
+        print(f"error: invalid configuration: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+def config_main(
+    schema_cls: type[Schema], *, config_path: str, config_name: str
+) -> Callable[[Callable[[Schema], Any]], Callable[[], Any]]:
+    """`hydra.main` for a script whose `main` takes the validated `schema_cls` object.
+
+    Before Hydra composes, the command line's override keys are checked against the schema
+    (`check_override_keys`); after, the composed config goes through `validate_config`. Either
+    failure prints `error: invalid configuration: ...` and exits with status 1, as Hydra does
+    for its own errors. `config_path` is relative to the decorated function's file.
+    """
+    import hydra
+    from hydra._internal.utils import get_args_parser
+
+    def decorate(function: Callable[[Schema], Any]) -> Callable[[], Any]:
+        folder = Path(inspect.getfile(function)).resolve().parent / config_path
+
+        @hydra.main(config_path=str(folder), config_name=config_name, version_base="1.3")
+        def composed(raw: DictConfig) -> Any:
+            return function(validate_or_exit(raw, schema_cls))
+
+        @functools.wraps(function)
+        def entry() -> Any:
+            known, _ = get_args_parser().parse_known_args(sys.argv[1:])
+            try:
+                check_override_keys(known.overrides or [], schema_cls)
+            except ConfigError as error:
+                print(f"error: invalid configuration: {error}", file=sys.stderr)
+                sys.exit(1)
+            return composed()
+
+        return entry
+
+    return decorate
+
+
+def compose_config(
+    config_name: str,
+    overrides: Sequence[str] = (),
+    schema_cls: type[Schema] | None = None,
+    config_dir: Path | str = CONFIG_DIR,
+) -> Schema:
+    """Compose a preset of `config_dir` with Hydra's compose API and validate it.
+
+    The same checks as the scripts run (`check_override_keys`, then `validate_config`), for
+    code that needs a script's config without running it: campaigns, benchmarks, tests.
+    `schema_cls` defaults to `TrainingRunConfig`; every schema of glam is registered first.
+
+    Raises:
+        ConfigError: an unknown preset, bad override syntax, unknown key or invalid value.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException as OmegaError
+
+    schema = schema_cls or TrainingRunConfig
+    register_all_configs()
+    check_override_keys(overrides, schema)
+    try:
+        with initialize_config_dir(str(Path(config_dir).resolve()), version_base="1.3"):
+            raw = compose(config_name, overrides=list(overrides))
+    except (HydraException, OmegaError) as error:
+        message = _first_line(error)
+        if error.__cause__ is not None:  # "Error merging override ...": the cause says why
+            message += f": {_first_line(error.__cause__)}"
+        if isinstance(error, MissingConfigException):
+            presets = sorted(path.stem for path in Path(config_dir).glob("*.yaml"))
+            message = f"{message.rstrip('.')}; presets in {config_dir}: {', '.join(presets)}"
+        raise ConfigError(message) from error
+    return validate_config(raw, schema)
+
+
+def register_all_configs() -> None:
+    """Register every schema of glam (training, evaluation, behavioural cloning) with Hydra."""
+    from glam.bc.config import register_configs as register_bc
+    from glam.eval.config import register_configs as register_eval
+
+    register_configs()
+    register_bc()
+    register_eval()
+
+
+def refuse_used_output_dir(
+    folder: str | Path, results: Iterable[str], *, key: str, overwrite_key: str
+) -> None:
+    """Refuse to write into `folder` when it already holds one of the `results` files.
+
+    Every script that writes results into a named folder calls this before any long work, so
+    that a second run never replaces a first one by accident; `overwrite_key=true` replaces it
+    on purpose.
+
+    Raises:
+        FileExistsError: naming the folder, what it holds, and the two ways out.
+    """
+    folder = Path(folder)
+    found = [name for name in results if (folder / name).exists()]
+    if found:
+        raise FileExistsError(
+            f"{key}={str(folder)!r} already holds results ({', '.join(found)}): pass "
+            f"{overwrite_key}=true to replace them, or choose another {key}"
+        )

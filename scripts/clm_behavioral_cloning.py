@@ -11,8 +11,11 @@
 The loss covers the action tokens only; held-out action accuracy (the policy scorer's argmax
 over the action space, on held-out episodes) is measured before and after training. The output
 folder holds the adapter (or full model), the tokenizer, `bc_policy.json` and `metrics.json`;
-load it with `glam.bc.load_bc_policy(folder)`, or evaluate it as the harness's `bc` agent.
-Settings: configs/bc/train.yaml, schema glam/bc/config.py.
+load it with `glam.bc.load_bc_policy(folder)`, or evaluate it as the harness's `bc` agent. A
+folder that already holds a BC policy is refused unless `bc.overwrite=true`.
+Settings: configs/bc/train.yaml, schema glam/bc/config.py. Exit status: 0 done, 1 bad config (a
+key outside the schema or an invalid value), 2 the run cannot start (bad dataset, model not
+found, `bc.output_dir` holding a policy).
 """
 
 from __future__ import annotations
@@ -20,12 +23,9 @@ from __future__ import annotations
 import json
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from glam.bc.config import BCRunConfig, register_configs
 from glam.bc.demos import DemoDatasetError, load_demos
+from glam.config import config_main
 
 register_configs()
 
@@ -36,20 +36,19 @@ def fail(error: Exception) -> None:
     sys.exit(2)
 
 
-@hydra.main(config_path="../configs/bc", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@config_main(BCRunConfig, config_path="../configs/bc", config_name="train")
+def main(config: BCRunConfig) -> None:
     try:
-        config: BCRunConfig = OmegaConf.to_object(cfg)  # runs the dataclasses' checks
         load_demos(config.bc.dataset)  # a bad dataset fails here, before TRL is even imported
-    except (ValueError, OmegaConfBaseException) as error:  # DemoDatasetError is a ValueError
+    except ValueError as error:  # DemoDatasetError is a ValueError
         fail(error)
 
     from glam.bc.sft import train_bc
     from glam.models.loading import ModelNotFoundError
 
     try:
-        result = train_bc(config)
-    except (DemoDatasetError, ModelNotFoundError) as error:
+        result = train_bc(config)  # checks bc.output_dir first, before loading the model
+    except (DemoDatasetError, ModelNotFoundError, FileExistsError) as error:
         fail(error)
     print(json.dumps(result.metrics, indent=2))
     print(f"[glam] BC policy saved to {result.output_dir}")

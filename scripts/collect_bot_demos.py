@@ -7,18 +7,18 @@
 The bot plans on the grid: one CPU process, no GPU, no model (except the tokenizer of
 `demos.chat_model` for `demos.prompt_format=chat`). Settings: configs/demos/collect.yaml, schema
 glam/bc/config.py. Load the result with `datasets.load_from_disk(demos.output_dir)` or
-`glam.bc.load_demos`; train on it with scripts/clm_behavioral_cloning.py.
+`glam.bc.load_demos`; train on it with scripts/clm_behavioral_cloning.py. An existing
+`demos.output_dir` is refused unless `demos.overwrite=true`. Exit status: 0 done, 1 bad config
+(a key outside the schema or an invalid value), 2 the collection cannot run (unknown level or
+action space, an existing output folder, a bot that fails too often).
 """
 
 from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from glam.bc.config import CollectDemosConfig, register_configs
+from glam.config import config_main
 
 register_configs()
 
@@ -29,15 +29,14 @@ def fail(error: Exception) -> None:
     sys.exit(2)
 
 
-@hydra.main(config_path="../configs/demos", config_name="collect", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@config_main(CollectDemosConfig, config_path="../configs/demos", config_name="collect")
+def main(config: CollectDemosConfig) -> None:
     from glam.bc.bot import save_bot_demos
 
     try:
-        config: CollectDemosConfig = OmegaConf.to_object(cfg)  # runs the dataclasses' checks
         # ValueError: unknown level, action space or language; BotUnsupportedError is one too.
         dataset, stats = save_bot_demos(config.demos, progress=config.progress)
-    except (ValueError, FileExistsError, OmegaConfBaseException) as error:
+    except (ValueError, FileExistsError) as error:
         fail(error)
     demos = config.demos
     print(

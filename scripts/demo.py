@@ -38,23 +38,21 @@ SHOWN = (
 def show_one_step() -> None:
     """Score the actions for the first step of a seeded episode and print the policy."""
     import torch
-    from omegaconf import OmegaConf
 
     import babyai_text
-    from glam.config import EnvConfig, ModelConfig, PolicyConfig
+    from glam.config import compose_config
     from glam.policy.llm_policy import LLMActorCritic
     from glam.policy.prompts import PromptHistory
 
-    preset = OmegaConf.load(ROOT / "configs" / f"{PRESET}.yaml")
-    env_cfg = EnvConfig(**OmegaConf.to_container(preset.env))
-    policy_cfg = PolicyConfig(**OmegaConf.to_container(preset.policy))
+    cfg = compose_config(PRESET)
+    env_cfg, policy_cfg = cfg.env, cfg.policy
     env = babyai_text.make(env_cfg.name, action_space=env_cfg.action_space)
     obs, info = env.reset(seed=3)
     history = PromptHistory(nbr_obs=env_cfg.nbr_obs)
     history.add_observation(info["descriptions"])
     prompt = history.prompt(obs["mission"], env.action_words)
     start = time.perf_counter()
-    policy = LLMActorCritic.from_config(ModelConfig(), policy_cfg, env.action_words)
+    policy = LLMActorCritic.from_config(cfg.model, policy_cfg, env.action_words)
     print(f"[demo] loaded smollm2-135m + LoRA in {time.perf_counter() - start:.1f} s")
     with torch.no_grad():
         start = time.perf_counter()

@@ -16,31 +16,32 @@
     python scripts/test_results.py 'inputs=[runs/glam_paper]'
 
 Writes results.json (per suite: success_rate, ci_low, ci_high, mean_return, mean_length,
-episodes, and the same per task type), results.csv, results.md, results.png and episodes.jsonl
-to `eval.output_dir`. Options: configs/eval/post_training_tests.yaml and glam/eval/config.py.
+episodes, and the same per task type, plus the agent and eval settings), results.csv,
+results.md, results.png and episodes.jsonl to `eval.output_dir`; a folder that already holds
+results is refused unless `eval.overwrite=true`. Options: configs/eval/post_training_tests.yaml
+and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an
+invalid value), 2 the evaluation cannot start (missing checkpoint, unknown suite or level,
+`eval.output_dir` holding results).
 """
 
 from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
+from glam.config import config_main
 from glam.eval.config import PostTrainingTestsConfig, register_configs
 
 register_configs()
 
 
-def run(cfg: DictConfig) -> None:
-    """Validate the config, evaluate, print where the results went; exit 2 on a user error."""
+def run(config: PostTrainingTestsConfig) -> None:
+    """Evaluate, print the table and where the results went; exit 2 on a user error."""
     from glam.eval.harness import evaluate
     from glam.models.loading import ModelNotFoundError
 
     try:
-        config: PostTrainingTestsConfig = OmegaConf.to_object(cfg)
         results, paths = evaluate(config)
-    except (ValueError, FileNotFoundError, ModelNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ModelNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     table, _, per_task = paths["md"].read_text().partition("## Per task type")
@@ -50,9 +51,11 @@ def run(cfg: DictConfig) -> None:
         print(f"wrote {kind:8s} {path}")
 
 
-@hydra.main(config_path="../configs/eval", config_name="post_training_tests", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run(cfg)
+@config_main(
+    PostTrainingTestsConfig, config_path="../configs/eval", config_name="post_training_tests"
+)
+def main(config: PostTrainingTestsConfig) -> None:
+    run(config)
 
 
 if __name__ == "__main__":

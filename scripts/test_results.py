@@ -6,7 +6,9 @@
 
 Per agent label (the seeds of one run share it) and suite: mean success over the results.json
 files, its standard deviation, and the change against `no_change` in %. Writes summary.md,
-summary.csv and summary.png to `output_dir`. Options: configs/eval/test_results.yaml.
+summary.csv and summary.png to `output_dir`; a folder that already holds a summary is refused
+unless `overwrite=true`. Options: configs/eval/test_results.yaml. Exit status: 0 done, 1 bad
+config, 2 nothing to aggregate or `output_dir` holding a summary.
 """
 
 from __future__ import annotations
@@ -15,21 +17,22 @@ import json
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
+from glam.config import config_main, refuse_used_output_dir
 from glam.eval.config import ResultsTableConfig, register_configs
-from glam.eval.report import aggregate, find_results, write_aggregate
+from glam.eval.report import SUMMARY_FILES, aggregate, find_results, write_aggregate
 
 register_configs()
 
 
-@hydra.main(config_path="../configs/eval", config_name="test_results", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@config_main(ResultsTableConfig, config_path="../configs/eval", config_name="test_results")
+def main(config: ResultsTableConfig) -> None:
     try:
-        config: ResultsTableConfig = OmegaConf.to_object(cfg)
+        if not config.overwrite:
+            refuse_used_output_dir(
+                config.output_dir, SUMMARY_FILES, key="output_dir", overwrite_key="overwrite"
+            )
         files = find_results(config.inputs)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     rows = aggregate([json.loads(path.read_text()) for path in files], baseline=config.baseline)

@@ -30,22 +30,14 @@ import sys
 import time
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
-from glam.config import TrainingRunConfig, register_configs
+from glam.config import TrainingRunConfig, config_main, register_configs
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="smollm2_lora_cpu")
-def main(raw: DictConfig) -> None:
-    """Validate the config, start the Accelerator, train, report how it ended."""
-    try:
-        cfg: TrainingRunConfig = OmegaConf.to_object(raw)
-    except ValueError as error:  # a __post_init__ check
-        print(f"error: invalid configuration: {error}", file=sys.stderr)
-        sys.exit(1)
+@config_main(TrainingRunConfig, config_path="../configs", config_name="smollm2_lora_cpu")
+def main(cfg: TrainingRunConfig) -> None:
+    """Train with the validated config (exit 1 before this on a bad one); report how it ended."""
     sys.exit(run(cfg, config_name=_config_name()))
 
 

@@ -16,24 +16,24 @@ The instruction prompt (goal, actions and what they do, tips) and the last 16 ob
 actions are chat turns in the model's chat template; the answer is decoded greedily (a few
 tokens), and one that is not an action becomes "go forward". Success is reported per task type
 and overall, in the same files as scripts/post_training_tests.py (results.json, .csv, .md, .png),
-plus the invalid-answer rate. Options: configs/eval/balrog.yaml and glam/eval/config.py.
+plus the invalid-answer rate; a folder that already holds results is refused unless
+`eval.overwrite=true`. Options: configs/eval/balrog.yaml and glam/eval/config.py. Exit status
+as scripts/post_training_tests.py's: 0 done, 1 bad config, 2 the evaluation cannot start.
 """
 
 from __future__ import annotations
 
-import hydra
-from omegaconf import DictConfig
-
-from glam.eval.config import register_configs
+from glam.config import config_main
+from glam.eval.config import PostTrainingTestsConfig, register_configs
 
 register_configs()
 
 
-@hydra.main(config_path="../configs/eval", config_name="balrog", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@config_main(PostTrainingTestsConfig, config_path="../configs/eval", config_name="balrog")
+def main(config: PostTrainingTestsConfig) -> None:
     from post_training_tests import run
 
-    run(cfg)
+    run(config)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,6 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers_tiny import save_tiny_model, tiny_causal_lm, tiny_seq2seq_lm
-from hydra import compose, initialize_config_dir
-from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
 
 from babyai_text.actions import get_action_space
 from glam.bc.bot import collect_bot_demos
@@ -25,7 +22,6 @@ from glam.bc.config import (
     BCRunConfig,
     CollectDemosConfig,
     DemosConfig,
-    register_configs,
 )
 from glam.bc.demos import DemoDatasetError, load_demos, write_demos
 from glam.bc.policy import load_bc_policy, read_bc_policy_info
@@ -39,7 +35,7 @@ from glam.bc.sft import (
     split_pairs,
     train_bc,
 )
-from glam.config import AdapterConfig, ModelConfig
+from glam.config import CONFIG_DIR, AdapterConfig, ConfigError, ModelConfig, compose_config
 from glam.models.loading import load_model
 from glam.scoring import score_actions, tokenize_candidates
 
@@ -240,6 +236,26 @@ def test_script_trains_a_tiny_model_and_saves_a_bc_folder(demos_dir: Path, tmp_p
     info = read_bc_policy_info(out)
     assert info.adapter and info.base_model == "tiny-random-llama"
     assert info.level == "BabyAI-GoToLocal-v0"
+    assert "max_steps: 2" in (out / "config.yaml").read_text()
+
+    # A second run into the same folder is refused, and leaves the first policy as it was...
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    common = ["model.name_or_path=tiny-random-llama", f"bc.dataset={demos_dir}"]
+    again = _bc_script(*common, f"bc.output_dir={out}", "bc.max_steps=3", "bc.max_eval_pairs=8")
+    assert again.returncode == 2
+    assert f"bc.output_dir='{out}' already holds results (bc_policy.json" in again.stderr
+    assert "pass bc.overwrite=true" in again.stderr
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    # ... unless told to replace it.
+    replaced = _bc_script(
+        *common,
+        f"bc.output_dir={out}",
+        "bc.max_steps=3",
+        "bc.max_eval_pairs=8",
+        "bc.overwrite=true",
+    )
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["train/steps"] == 3
 
 
 @pytest.mark.slow
@@ -265,11 +281,27 @@ def test_script_refuses_bad_datasets_with_a_clear_message(tmp_path: Path) -> Non
 def test_presets_fill_the_schemas_and_reject_misspelt_or_invalid_keys(
     preset: str, schema: type, misspelt: str, invalid: str
 ) -> None:
-    register_configs()
     folder, name = preset.split("/")
-    with initialize_config_dir(config_dir=str(ROOT / "configs" / folder), version_base="1.3"):
-        assert isinstance(OmegaConf.to_object(compose(name)), schema)
-        with pytest.raises(ConfigCompositionException, match=misspelt.split("=")[0]):
-            compose(name, overrides=[misspelt])
-        with pytest.raises(ValueError, match=invalid.split("=")[0]):
-            OmegaConf.to_object(compose(name, overrides=[invalid]))
+    config_dir = CONFIG_DIR / folder
+    assert isinstance(compose_config(name, [], schema, config_dir), schema)
+    for override in (misspelt, f"+{misspelt}"):  # `+` adds the key: refused all the same
+        with pytest.raises(ConfigError, match=f"unknown key {misspelt.split('=')[0]}"):
+            compose_config(name, [override], schema, config_dir)
+    with pytest.raises(ConfigError, match=invalid.split("=")[0]):
+        compose_config(name, [invalid], schema, config_dir)
+
+
+def test_a_folder_holding_a_policy_is_refused_before_anything_loads(tmp_path: Path) -> None:
+    out = tmp_path / "bc"
+    out.mkdir()
+    (out / "bc_policy.json").write_text("{}")
+    run = BCRunConfig(bc=BCConfig(dataset=str(tmp_path / "no-demos"), output_dir=str(out)))
+    with pytest.raises(FileExistsError) as refused:
+        train_bc(run)
+    assert str(refused.value) == (
+        f"bc.output_dir='{out}' already holds results (bc_policy.json): pass bc.overwrite=true "
+        "to replace them, or choose another bc.output_dir"
+    )
+    run.bc.overwrite = True
+    with pytest.raises(DemoDatasetError):  # past the folder check, on to the (missing) dataset
+        train_bc(run)

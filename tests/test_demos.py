@@ -190,9 +190,14 @@ def test_collect_script_writes_a_loadable_dataset_and_refuses_bad_input(tmp_path
     assert "pairs from 3 episodes of BabyAI-GoToLocal-v0" in done.stdout
     assert str(folder) in done.stdout
 
+    again = _collect("demos.episodes=3", f"demos.output_dir={folder}")
+    assert again.returncode == 2
+    assert f"demos.output_dir='{folder}' already exists: pass demos.overwrite=true" in again.stderr
+
     unsupported = _collect("demos.level=BabyAI-KeyInBox-v0", f"demos.output_dir={tmp_path / 'x'}")
-    assert unsupported.returncode == 2 and "cannot solve" in unsupported.stderr
-    assert "Traceback" not in unsupported.stderr
+    assert unsupported.returncode == 1  # a bad config
+    assert "invalid configuration: demos.level=BabyAI-KeyInBox-v0" in unsupported.stderr
+    assert "cannot solve" in unsupported.stderr and "Traceback" not in unsupported.stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -52,25 +52,53 @@ def test_post_training_tests_then_test_results(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("overrides", "status", "message"),
     [
-        (["agent.kind=checkpoint", "agent.path=/nonexistent/run"], "/nonexistent/run"),
-        (["agent.kind=dqn"], "agent.kind='dqn' is not one of"),
-        (["agent.kind=random", "eval.suites=[no_change,klingon]"], "known suites: no_change"),
+        (["agent.kind=checkpoint", "agent.path=/nonexistent/run"], 2, "/nonexistent/run"),
+        (["agent.kind=dqn"], 1, "invalid configuration: agent.kind='dqn' is not one of"),
+        (["agent.kind=random", "eval.suites=[no_change,klingon]"], 2, "known suites: no_change"),
+        (["eval.episode=3"], 1, "unknown key eval.episode (did you mean eval.episodes?)"),
     ],
-    ids=["missing_checkpoint", "unknown_agent", "unknown_suite"],
+    ids=["missing_checkpoint", "unknown_agent", "unknown_suite", "misspelt_key"],
 )
 def test_user_errors_exit_non_zero_with_a_clear_message(
-    tmp_path: Path, overrides: list[str], message: str
+    tmp_path: Path, overrides: list[str], status: int, message: str
 ) -> None:
     done = _script("post_training_tests.py", *overrides, f"eval.output_dir={tmp_path}")
-    assert done.returncode == 2
+    assert done.returncode == status
     assert "error:" in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "results.json").exists()
 
 
-def test_a_misspelt_key_fails(tmp_path: Path) -> None:
-    done = _script("post_training_tests.py", "eval.episode=3", f"eval.output_dir={tmp_path}")
-    assert done.returncode != 0
-    assert "episode" in done.stderr
+def test_results_are_never_replaced_unless_asked(tmp_path: Path) -> None:
+    out, summary = tmp_path / "eval", tmp_path / "summary"
+    common = [
+        "agent.kind=random",
+        "eval.episodes=2",
+        "eval.num_envs=2",
+        "eval.max_steps=3",
+        "eval.progress_bar=false",
+        f"eval.output_dir={out}",
+    ]
+    assert _script("post_training_tests.py", *common).returncode == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+
+    again = _script("post_training_tests.py", *common, "eval.seed=1")
+    assert again.returncode == 2
+    assert f"eval.output_dir='{out}' already holds results (results.json" in again.stderr
+    assert "pass eval.overwrite=true to replace them, or choose another eval.output_dir" in (
+        again.stderr
+    )
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+    replaced = _script("post_training_tests.py", *common, "eval.seed=1", "eval.overwrite=true")
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads((out / "results.json").read_text())["seed_base"] == 10**12 + 10**6
+
+    # The aggregated table: the same rule, with the top-level `overwrite`.
+    table = ("test_results.py", f"inputs=[{out}]", f"output_dir={summary}")
+    assert _script(*table).returncode == 0
+    again = _script(*table)
+    assert again.returncode == 2 and "pass overwrite=true" in again.stderr
+    assert _script(*table, "overwrite=true").returncode == 0

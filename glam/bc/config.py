@@ -98,7 +98,11 @@ class BCConfig:
     dataset: str = "runs/demos/BabyAI-GoToLocal-v0-seed0"
     """Demonstrations folder (`scripts/collect_bot_demos.py` output, or PPO rollouts)."""
     output_dir: str = "runs/bc"
-    """Where the adapter (or full model), tokenizer, `bc_policy.json` and metrics go."""
+    """Where the adapter (or full model), tokenizer, `bc_policy.json`, metrics and the run's
+    `config.yaml` go."""
+    overwrite: bool = False
+    """Replace a BC policy already saved in `output_dir`; false refuses to start when the
+    folder already holds one."""
     max_pairs: int | None = None
     """Use only the first this many pairs of the dataset (None: all)."""
     eval_fraction: float = 0.2

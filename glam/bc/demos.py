@@ -189,8 +189,8 @@ class DemoWriter:
         if self.path.exists() and not overwrite:
             # Fail before the (long) collection, not after it.
             raise FileExistsError(
-                f"{self.path} already exists; remove it or allow overwriting it "
-                "(demos.overwrite=true)"
+                f"demos.output_dir={str(self.path)!r} already exists: pass demos.overwrite=true "
+                "to replace it, or choose another demos.output_dir"
             )
         self.rows: list[dict[str, Any]] = []
 

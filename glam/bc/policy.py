@@ -4,7 +4,7 @@ A BC folder holds
 
 - the LoRA adapter in peft's format (`adapter_config.json`, `adapter_model.safetensors`), or the
   whole fine-tuned model (`config.json`, `model.safetensors`) when LoRA was off;
-- the tokenizer;
+- the tokenizer, `metrics.json`, and `config.yaml` (the settings of the run that wrote it);
 - `bc_policy.json`: the base model spec (a portable name such as `smollm2-135m`, not the cache
   path peft records), whether the folder is an adapter, and the prompt settings the model was
   cloned with (`nbr_obs`, `action_space`, `prompt_format`, `normalization`) plus the run's
@@ -26,9 +26,25 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.models.loading import load_model
 
-__all__ = ["BC_POLICY_FILE", "BCPolicyInfo", "load_bc_policy", "read_bc_policy_info"]
+__all__ = [
+    "BC_OUTPUT_FILES",
+    "BC_POLICY_FILE",
+    "BCPolicyInfo",
+    "load_bc_policy",
+    "read_bc_policy_info",
+]
 
 BC_POLICY_FILE = "bc_policy.json"
+BC_OUTPUT_FILES = (
+    BC_POLICY_FILE,
+    "metrics.json",
+    "config.yaml",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "config.json",
+    "model.safetensors",
+)
+"""Files of a saved BC policy; `train_bc` refuses a folder holding any of them."""
 """Name of the JSON file describing a BC folder."""
 
 

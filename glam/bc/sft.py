@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
+from omegaconf import OmegaConf
 from rich.progress import Progress, track
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 from trl import SFTConfig, SFTTrainer
@@ -32,7 +33,8 @@ from trl import SFTConfig, SFTTrainer
 from babyai_text.actions import ActionSpace, get_action_space
 from glam.bc.config import BCRunConfig
 from glam.bc.demos import DemoDatasetError, demo_metadata, load_demos
-from glam.bc.policy import BCPolicyInfo
+from glam.bc.policy import BC_OUTPUT_FILES, BC_POLICY_FILE, BCPolicyInfo
+from glam.config import refuse_used_output_dir
 from glam.models.loading import load_model
 from glam.policy.adapters import apply_lora
 from glam.scoring import score_actions, tokenize_candidates
@@ -316,11 +318,17 @@ def train_bc(run: BCRunConfig) -> BCResult:
     """Clone the demonstrations of `run.bc.dataset` into `run.model`; save and return the policy.
 
     Raises:
+        FileExistsError: `bc.output_dir` already holds a BC policy and `bc.overwrite` is false
+            (checked first, before anything is loaded).
         DemoDatasetError: the dataset is missing, empty, malformed, cannot be split, has a pair
             longer than `bc.max_length`, or spans several levels with no `bc.success_level`.
     """
     bc = run.bc
     output_dir = Path(bc.output_dir)
+    if not bc.overwrite:
+        refuse_used_output_dir(
+            output_dir, BC_OUTPUT_FILES, key="bc.output_dir", overwrite_key="bc.overwrite"
+        )
     pairs = load_demos(bc.dataset)
     if bc.max_pairs is not None:
         pairs = pairs.select(range(min(bc.max_pairs, len(pairs))))
@@ -395,7 +403,7 @@ def train_bc(run: BCRunConfig) -> BCResult:
         metrics=metrics,
     )
     if trainer.is_world_process_zero():
-        save_policy(trainer, tokenizer, output_dir, info)
+        save_policy(trainer, tokenizer, output_dir, info, run)
     return BCResult(output_dir=output_dir, metrics=metrics, info=info)
 
 
@@ -430,14 +438,24 @@ def _success_rate(
 
 
 def save_policy(
-    trainer: SFTTrainer, tokenizer: PreTrainedTokenizerBase, output_dir: Path, info: BCPolicyInfo
+    trainer: SFTTrainer,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: Path,
+    info: BCPolicyInfo,
+    run: BCRunConfig | None = None,
 ) -> None:
-    """Save the adapter (or full model), the tokenizer, then `bc_policy.json` and metrics.
+    """Save the adapter (or full model), the tokenizer, the run's config, metrics, then
+    `bc_policy.json`.
 
     `bc_policy.json` is written last: a folder without it is an interrupted save, and
-    `load_bc_policy` refuses it.
+    `load_bc_policy` refuses it. Replacing a policy (`bc.overwrite`) removes the old one first,
+    so that an interrupted save never passes for the old policy.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / BC_POLICY_FILE).unlink(missing_ok=True)
+    if run is not None:
+        config_yaml = OmegaConf.to_yaml(OmegaConf.structured(run))
+        (output_dir / "config.yaml").write_text(config_yaml)
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     (output_dir / "metrics.json").write_text(json.dumps(info.metrics, indent=2) + "\n")

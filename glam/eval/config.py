@@ -121,6 +121,9 @@ class EvalConfig:
     """Episode step limit; None keeps BabyAI's (64 or 128 by task)."""
     output_dir: str = "runs/eval"
     """Folder for results.json/.csv/.md, the bar chart and episodes.jsonl."""
+    overwrite: bool = False
+    """Replace the results of an earlier evaluation in `output_dir`; false refuses to start
+    when the folder already holds results."""
     label: str = ""
     """Name of this agent in tables; empty: derived from the agent (kind and path/model)."""
     progress_bar: bool = True
@@ -168,6 +171,9 @@ class ResultsTableConfig:
     """results.json files, folders searched recursively for them, or glob patterns."""
     output_dir: str = "runs/eval/summary"
     """Folder for summary.md, summary.csv and summary.png."""
+    overwrite: bool = False
+    """Replace an earlier summary in `output_dir`; false refuses to start when the folder
+    already holds one."""
     baseline: str = "no_change"
     """Suite the changes are measured against (in %)."""
     title: str = "Post-training tests"

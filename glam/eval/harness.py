@@ -12,6 +12,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import babyai_text
+from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
 from glam.eval.builders import agent_label, build_agent
 from glam.eval.config import PostTrainingTestsConfig
@@ -19,7 +20,7 @@ from glam.eval.episodes import SuiteRun, run_suite, task_families
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import Suite, get_suites
 
-__all__ = ["evaluate", "run_tests"]
+__all__ = ["RESULT_FILES", "evaluate", "run_tests"]
 
 
 DEFAULT_NBR_OBS = 3
@@ -84,8 +85,27 @@ def _check_levels(cfg: PostTrainingTestsConfig) -> None:
         )
 
 
+RESULT_FILES = (
+    "results.json",
+    "results.csv",
+    "results.md",
+    "results.png",
+    "episodes.jsonl",
+)
+"""What `evaluate` writes into `eval.output_dir`; a folder holding any of them is refused."""
+
+
 def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Path]]:
-    """Build the agent, play the suites, write results.*; return the results and their paths."""
+    """Build the agent, play the suites, write results.*; return the results and their paths.
+
+    Raises:
+        FileExistsError: `eval.output_dir` holds earlier results and `eval.overwrite` is false.
+        ValueError: an unknown suite or level.
+    """
+    if not cfg.eval.overwrite:
+        refuse_used_output_dir(
+            cfg.eval.output_dir, RESULT_FILES, key="eval.output_dir", overwrite_key="eval.overwrite"
+        )
     get_suites(cfg.eval.suites)  # unknown suite names fail here, before anything is loaded
     _check_levels(cfg)
     if cfg.eval.torch_threads:

@@ -27,9 +27,12 @@ __all__ = [
     "suite_record",
     "write_aggregate",
     "write_results",
+    "SUMMARY_FILES",
 ]
 
 RESULTS_FILE = "results.json"
+SUMMARY_FILES = ("summary.md", "summary.csv", "summary.png")
+"""What `write_aggregate` writes."""
 _SUMMARY_FIELDS = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes")
 
 
@@ -317,7 +320,7 @@ def write_aggregate(
 ) -> dict[str, Path]:
     """Write summary.md, summary.csv and summary.png; return their paths."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    paths = {ext: output_dir / f"summary.{ext}" for ext in ("md", "csv", "png")}
+    paths = {name.rsplit(".", 1)[1]: output_dir / name for name in SUMMARY_FILES}
     paths["md"].write_text(f"# {title}\n\n" + _aggregate_markdown(rows, baseline))
     _write_csv(
         paths["csv"],

@@ -1,0 +1,197 @@
+"""glam.config: the defaults are the default preset, and one validation path for every script.
+
+.venv/bin/python -m pytest tests/test_config.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from glam.config import (
+    CONFIG_DIR,
+    ConfigError,
+    TrainingRunConfig,
+    check_override_keys,
+    compose_config,
+    register_all_configs,
+    validate_config,
+)
+from glam.eval.config import PostTrainingTestsConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compose(name: str, overrides: list[str] = (), folder: Path = CONFIG_DIR):  # noqa: ANN202
+    """Hydra's compose API alone, without glam's checks (what `to_object` used to get)."""
+    register_all_configs()
+    with initialize_config_dir(str(folder), version_base="1.3"):
+        return compose(name, overrides=list(overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# One source of truth for the defaults
+# --------------------------------------------------------------------------------------------
+
+
+def test_default_preset_is_exactly_the_dataclass_defaults() -> None:
+    preset = _compose("smollm2_lora_cpu")
+    assert OmegaConf.to_container(preset) == OmegaConf.to_container(
+        OmegaConf.structured(TrainingRunConfig())
+    )
+    assert compose_config("smollm2_lora_cpu") == TrainingRunConfig()
+
+
+def test_paper_preset_holds_the_papers_values() -> None:
+    paper = compose_config("glam_paper")
+    assert paper.model.name_or_path == "google/flan-t5-large" and not paper.model.lora.enabled
+    assert (paper.policy.temperature, paper.policy.prompt_format) == (1.0, "glam")
+    env = paper.env
+    assert (env.name, env.num_envs, env.nbr_obs, env.action_space, env.reward_scale) == (
+        "BabyAI-MixedTrainLocal-v0",
+        32,
+        3,
+        "default",
+        20.0,
+    )
+    ppo = paper.ppo
+    assert (ppo.lr, ppo.frames_per_env, ppo.epochs, ppo.minibatch_size, ppo.micro_batch_size) == (
+        1e-6,
+        40,
+        4,
+        64,
+        8,
+    )
+    assert (ppo.clip_eps, ppo.gamma, ppo.gae_lambda, ppo.entropy_coef, ppo.value_coef) == (
+        0.2,
+        0.99,
+        0.99,
+        0.01,
+        0.5,
+    )
+    assert (paper.train.total_frames, paper.train.save_every) == (1_500_000, 10)
+
+
+def test_tiny_preset_keeps_the_values_it_was_tuned_with() -> None:
+    tiny = compose_config("tiny")
+    assert (tiny.policy.temperature, tiny.env.reward_scale, tiny.ppo.micro_batch_size) == (
+        1.0,
+        20.0,
+        None,
+    )
+    assert (tiny.env.nbr_obs, tiny.env.action_space, tiny.env.num_envs) == (1, "nav", 4)
+
+
+# --------------------------------------------------------------------------------------------
+# validate_config and the override check
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "+ppo.lrr=1e-3",
+            "unknown key ppo.lrr (did you mean ppo.lr?); valid keys of ppo: lr, lr_schedule,",
+        ),
+        ("+model.lora.rr=4", "unknown key model.lora.rr (did you mean model.lora.r?)"),
+        ("+seed=3", "unknown key seed; valid keys at the top level: model, policy, env, ppo"),
+    ],
+)
+def test_keys_added_with_plus_are_refused_not_dropped(override: str, message: str) -> None:
+    raw = _compose("tiny", [override])  # Hydra adds the key to the structured config
+    with pytest.raises(ConfigError) as caught:
+        validate_config(raw, TrainingRunConfig)
+    assert message in str(caught.value)
+
+
+def test_invalid_values_and_types_become_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"^ppo.gamma must be in \[0, 1\], got 1.5$"):
+        validate_config(_compose("tiny", ["ppo.gamma=1.5"]), TrainingRunConfig)
+    with pytest.raises(ConfigError, match="ppo.lr"):
+        validate_config({"ppo": {"lr": "fast"}}, TrainingRunConfig)
+    cfg = validate_config({"ppo": {"lr": 3e-4}}, TrainingRunConfig)  # a plain mapping works too
+    assert isinstance(cfg, TrainingRunConfig) and cfg.ppo.lr == 3e-4
+
+
+@pytest.mark.parametrize("override", ["ppo.lrr=1", "+ppo.lrr=1", "++ppo.lrr=1", "~ppo.lrr"])
+def test_command_line_keys_are_checked_with_or_without_plus(override: str) -> None:
+    with pytest.raises(ConfigError, match="unknown key ppo.lrr"):
+        check_override_keys([override], TrainingRunConfig)
+    # Known keys, Hydra's own settings and config groups pass.
+    check_override_keys(
+        ["ppo.lr=1", "+model.lora.target_modules=[q]", "hydra.run.dir=.", "hydra/job_logging=none"],
+        TrainingRunConfig,
+    )
+
+
+def test_compose_config_reports_unknown_presets_and_bad_values() -> None:
+    with pytest.raises(ConfigError, match="Cannot find primary config 'tiny-nope'.*tiny"):
+        compose_config("tiny-nope")
+    with pytest.raises(ConfigError, match="ppo.lr: Value 'abc' .* could not be converted"):
+        compose_config("tiny", ["ppo.lr=abc"])
+    evaluation = compose_config(
+        "post_training_tests", ["eval.episodes=3"], PostTrainingTestsConfig, CONFIG_DIR / "eval"
+    )
+    assert evaluation.eval.episodes == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Every Hydra script stops on an unknown key
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "message"),
+    [
+        (
+            "train_language_agent.py",
+            ["--config-name", "tiny", "+ppo.lrr=1e-3"],
+            "unknown key ppo.lrr (did you mean ppo.lr?); valid keys of ppo: lr,",
+        ),
+        (
+            "train_language_agent.py",
+            ["--config-name", "tiny", "ppo.lrr=1e-3"],
+            "unknown key ppo.lrr (did you mean ppo.lr?); valid keys of ppo: lr,",
+        ),
+        (
+            "post_training_tests.py",
+            ["agent.kind=random", "+eval.episode=3"],
+            "unknown key eval.episode (did you mean eval.episodes?)",
+        ),
+        (
+            "zero_shot_generation.py",
+            ["+agent.modle=x"],
+            "unknown key agent.modle (did you mean agent.model?)",
+        ),
+        (
+            "clm_behavioral_cloning.py",
+            ["+bc.lerning_rate=1e-3"],
+            "unknown key bc.lerning_rate (did you mean bc.learning_rate?)",
+        ),
+        ("collect_bot_demos.py", ["+demos.episods=3"], "unknown key demos.episods"),
+        ("test_results.py", ["inputs=[x]", "+outputdir=y"], "unknown key outputdir"),
+    ],
+    ids=["train_plus", "train", "post_training_tests", "zero_shot", "bc", "demos", "results"],
+)
+def test_every_script_exits_1_on_an_unknown_key(
+    script: str, arguments: list[str], message: str, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *arguments],
+        cwd=tmp_path,  # anything the script wrongly wrote would land here
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert f"error: invalid configuration: {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
