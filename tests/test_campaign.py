@@ -1,4 +1,4 @@
-"""scripts/launch_campaign.py without SLURM: expansion, validation, rendering, submission.
+"""glam.campaign without SLURM: expansion, validation, rendering, submission.
 
     .venv/bin/python -m pytest tests/test_campaign.py
 
@@ -7,7 +7,6 @@ Submission runs against a stand-in `sbatch` on PATH that records its arguments.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -18,14 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import glam.campaign as glam_campaign
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "launch_campaign.py"
 CAMPAIGN_DIR = REPO_ROOT / "configs" / "campaign"
-
-_spec = importlib.util.spec_from_file_location("launch_campaign", SCRIPT)
-launch = importlib.util.module_from_spec(_spec)
-sys.modules["launch_campaign"] = launch  # dataclasses look their module up while being built
-_spec.loader.exec_module(launch)
 
 MINIMAL = {"name": "c", "preset": "tiny", "seeds": [1]}
 
@@ -46,10 +42,11 @@ def script_arguments(script: str) -> list[str]:
 
 
 @pytest.mark.parametrize("path", sorted(CAMPAIGN_DIR.glob("*.yaml")), ids=lambda path: path.name)
-def test_every_campaign_file_loads_and_renders_valid_bash(path: Path, tmp_path: Path) -> None:
-    campaign = launch.load_campaign(path)
-    jobs = launch.plan_jobs(campaign, tmp_path)
+def test_every_campaign_file_loads_checks_and_renders_valid_bash(path: Path, tmp_path: Path) -> None:
+    campaign = glam_campaign.load_campaign(path)
+    jobs = glam_campaign.plan_jobs(campaign, tmp_path)
     assert jobs
+    assert glam_campaign.check_jobs(jobs) == []  # every job's config fits its script's schema
     for job in jobs:
         check = subprocess.run(["bash", "-n"], input=job.script, text=True, capture_output=True)
         assert check.returncode == 0, f"{job.label}: {check.stderr}"
@@ -62,8 +59,8 @@ def test_templates_are_valid_bash() -> None:
 
 
 def test_paper_campaign_is_one_requeueable_8_gpu_job_per_seed(tmp_path: Path) -> None:
-    campaign = launch.load_campaign(CAMPAIGN_DIR / "glam_paper.yaml")
-    jobs = launch.plan_jobs(campaign, tmp_path)
+    campaign = glam_campaign.load_campaign(CAMPAIGN_DIR / "glam_paper.yaml")
+    jobs = glam_campaign.plan_jobs(campaign, tmp_path)
     train = [job for job in jobs if job.label.endswith(" train")]
     evals = [job for job in jobs if job.after is not None]
     assert len(train) == len(campaign.seeds) >= 2
@@ -99,12 +96,16 @@ def test_paper_campaign_is_one_requeueable_8_gpu_job_per_seed(tmp_path: Path) ->
     test_level = script_arguments(by_level["eval.level=BabyAI-MixedTestLocal-v0"].script)
     assert not any(a.startswith("eval.suites=") for a in train_level)
     assert "eval.suites=[no_change]" in test_level
-    with pytest.raises(launch.CampaignError, match="not in evaluation.levels: BabyAI-GoTo-v0"):
-        launch.EvaluationConfig(levels=["BabyAI-MixedTestLocal-v0"], suites={"BabyAI-GoTo-v0": []})
+    with pytest.raises(
+        glam_campaign.CampaignError, match="not in evaluation.levels: BabyAI-GoTo-v0"
+    ):
+        glam_campaign.EvaluationConfig(
+            levels=["BabyAI-MixedTestLocal-v0"], suites={"BabyAI-GoTo-v0": []}
+        )
 
 
 def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:
-    campaign = launch.load_campaign(
+    campaign = glam_campaign.load_campaign(
         write_yaml(
             tmp_path / "grid.yaml",
             {
@@ -115,7 +116,7 @@ def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:
             },
         )
     )
-    runs = launch.expand_runs(campaign, tmp_path)
+    runs = glam_campaign.expand_runs(campaign, tmp_path)
     assert [run.name for run in runs] == [
         f"ppo.lr-{lr}_model.name_or_path-{model}_seed-{seed}"
         for lr in ("1e-06", "1e-05")
@@ -150,12 +151,12 @@ def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:
     ],
 )
 def test_override_values_use_hydra_syntax(value: object, expected: str) -> None:
-    assert launch.format_override_value(value) == expected
+    assert glam_campaign.format_override_value(value) == expected
 
 
 def test_multi_node_template_is_picked_for_several_nodes(tmp_path: Path) -> None:
-    campaign = launch.load_campaign(CAMPAIGN_DIR / "glam_paper_multi_node.yaml")
-    (job, *_) = launch.plan_jobs(campaign, tmp_path)
+    campaign = glam_campaign.load_campaign(CAMPAIGN_DIR / "glam_paper_multi_node.yaml")
+    (job, *_) = glam_campaign.plan_jobs(campaign, tmp_path)
     assert "from slurm/train_multi_node.sbatch" in job.script
     assert {"--nodes=2", "--gpus-per-node=4"} <= set(directives(job.script))
     assert '--machine_rank "$SLURM_NODEID"' in job.script
@@ -193,7 +194,7 @@ def test_bad_campaign_exits_2_with_the_reason(
     change: dict, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_yaml(tmp_path / "bad.yaml", {**MINIMAL, **change})
-    assert launch.main([str(path), "--dry-run"]) == 2
+    assert glam_campaign.launch(path, dry_run=True) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: {path}: ")
     assert message in error
@@ -212,8 +213,8 @@ def test_dry_run_prints_scripts_and_commands_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output_root = tmp_path / "runs"
-    code = launch.main(
-        [str(CAMPAIGN_DIR / "tiny_local.yaml"), "--dry-run", "--output-root", str(output_root)]
+    code = glam_campaign.launch(
+        CAMPAIGN_DIR / "tiny_local.yaml", output_root=output_root, dry_run=True
     )
     assert code == 0
     out = capsys.readouterr().out
@@ -225,7 +226,7 @@ def test_dry_run_prints_scripts_and_commands_and_writes_nothing(
     ]
     assert out.count("#!/usr/bin/env bash") == 2
     assert "set -- --config-name tiny ppo.lr=0.0001 train.seed=1" in out
-    assert "dry run: 2 job(s), nothing written or submitted" in out
+    assert "dry run: 2 job(s) checked, nothing written or submitted" in out
     assert not output_root.exists()
 
 
@@ -254,7 +255,7 @@ def test_submit_writes_scripts_prints_ids_and_chains_evaluations(
         tmp_path / "c.yaml",
         {**MINIMAL, "seeds": [1, 2], "evaluation": {"levels": ["A", "B"], "episodes": 10}},
     )
-    assert launch.main([str(path), "--output-root", str(tmp_path / "runs")]) == 0
+    assert glam_campaign.launch(path, output_root=tmp_path / "runs") == 0
     out = capsys.readouterr().out
     assert re.findall(r"^submitted (.*): job (\d+)$", out, flags=re.MULTILINE) == [
         ("seed-1 train", "101"),
@@ -280,8 +281,63 @@ def test_sbatch_failure_stops_with_its_message(
 ) -> None:
     monkeypatch.setenv("FAIL_SBATCH", "1")
     path = write_yaml(tmp_path / "c.yaml", {**MINIMAL, "seeds": [1, 2]})
-    assert launch.main([str(path), "--output-root", str(tmp_path / "runs")]) == 1
+    assert glam_campaign.launch(path, output_root=tmp_path / "runs") == 1
     assert "sbatch failed for seed-1 train (exit 1): sbatch: error: no partition" in (
         capsys.readouterr().err
     )
     assert len(fake_sbatch.read_text().splitlines()) == 1  # it stopped at the first failure
+
+
+@pytest.mark.parametrize(
+    ("change", "messages"),
+    [
+        (
+            {"seeds": [1, 2], "grid": {"ppo.lrr": [1e-4, 1e-3]}},
+            ["unknown key ppo.lrr (did you mean ppo.lr?); valid keys of ppo: lr, lr_schedule"],
+        ),
+        ({"preset": "tiny-nope"}, ["Cannot find primary config 'tiny-nope'", "tiny"]),
+        ({"overrides": {"ppo.gamma": 1.5}}, ["ppo.gamma must be in [0, 1], got 1.5"]),
+        (
+            {"evaluation": {"levels": ["A"], "overrides": {"eval.episode": 3}}},
+            ["seed-1 eval A: unknown key eval.episode (did you mean eval.episodes?)"],
+        ),
+    ],
+    ids=["unknown_grid_key", "unknown_preset", "invalid_value", "unknown_evaluation_key"],
+)
+def test_every_job_config_is_checked_before_anything_is_submitted(
+    change: dict,
+    messages: list[str],
+    fake_sbatch: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = write_yaml(tmp_path / "bad.yaml", {**MINIMAL, **change})
+    assert glam_campaign.launch(path, output_root=tmp_path / "runs", dry_run=True) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {path}: invalid configuration")
+    for message in messages:
+        assert message in error
+    # Submitting checks the same way first: no sbatch call, no folder.
+    assert glam_campaign.launch(path, output_root=tmp_path / "runs") == 2
+    assert not fake_sbatch.exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_grid_error_names_every_job_it_hits_once(tmp_path: Path) -> None:
+    path = write_yaml(
+        tmp_path / "bad.yaml", {**MINIMAL, "seeds": [1, 2], "grid": {"+ppo.lrr": [1e-4]}}
+    )
+    (line,) = glam_campaign.check_jobs(
+        glam_campaign.plan_jobs(glam_campaign.load_campaign(path), tmp_path)
+    )
+    assert line.startswith("ppo.lrr-0.0001_seed-1 train, ppo.lrr-0.0001_seed-2 train: ")
+    assert "unknown key ppo.lrr" in line
+
+
+def test_dry_run_of_an_unknown_key_fails_from_the_command_line(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "bad.yaml", {**MINIMAL, "grid": {"ppo.lrr": [1e-3]}})
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path), "--dry-run"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "unknown key ppo.lrr" in result.stderr
+    assert "dry run" not in result.stdout

@@ -1,0 +1,267 @@
+"""The campaign file: a training preset, overrides, a grid and seeds, and SLURM resources.
+
+A campaign is a YAML file (see `configs/campaign/glam_paper.yaml` for every key) read into
+`CampaignConfig` by `load_campaign`, which names any unknown or missing key and any value of the
+wrong type. Whether its overrides fit the training schema is checked later, job by job, when
+the jobs are planned and composed (`glam.campaign.submission.check_jobs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_DIR = REPO_ROOT / "slurm"
+RESERVED_KEYS = ("train.seed", "train.output_dir", "train.resume")
+"""Overrides the launcher sets for every run; a campaign may not set them."""
+_OVERRIDE_KEY = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*$")
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+class CampaignError(ValueError):
+    """A campaign file that cannot be run; the message says what to fix."""
+
+
+@dataclass
+class SlurmConfig:
+    """SLURM resources of one job (each training run, or each evaluation)."""
+
+    template: str | None = None
+    """Template in slurm/ without `.sbatch`; None picks train_one_node or train_multi_node."""
+    nodes: int = 1
+    """Nodes per run; one accelerate launcher per node."""
+    gpus_per_node: int = 0
+    """GPUs (= training processes) per node; 0 runs one CPU process."""
+    cpus_per_task: int | None = None
+    """CPUs per node (one task per node)."""
+    mem: str | None = None
+    """Memory per node, SLURM syntax (`400G`)."""
+    time: str = "24:00:00"
+    """Time limit of one job, SLURM syntax (`D-HH:MM:SS`); requeues restart it."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    signal_seconds: int = 300
+    """USR1 this long before the time limit: time to write a checkpoint, then requeue."""
+    max_requeues: int = 20
+    """Stop requeuing after this many restarts (a run that cannot progress would loop)."""
+    accelerate_args: list[str] = field(default_factory=list)
+    """Extra `accelerate launch` options, e.g. [--config_file, configs/accelerate/multi_gpu.yaml]."""
+    sbatch_args: list[str] = field(default_factory=list)
+    """Extra #SBATCH options, e.g. [--constraint=a100]."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables exported in the job (HF_HOME, NCCL_*, GLAM_TRAIN_SCRIPT...)."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run first in the job (`module load cuda`); the repo's .venv is activated after."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise CampaignError(f"slurm.nodes must be >= 1, got {self.nodes}")
+        if self.gpus_per_node < 0:
+            raise CampaignError(f"slurm.gpus_per_node must be >= 0, got {self.gpus_per_node}")
+        if self.template is not None and not (TEMPLATE_DIR / f"{self.template}.sbatch").is_file():
+            known = sorted(path.stem for path in TEMPLATE_DIR.glob("*.sbatch"))
+            raise CampaignError(f"slurm.template {self.template!r} is not one of {known}")
+        if self.template == "train_one_node" and self.nodes > 1:
+            raise CampaignError(
+                "slurm.template train_one_node runs on 1 node; use train_multi_node"
+            )
+        limit = parse_slurm_time(self.time)
+        if not 0 < self.signal_seconds < limit:
+            raise CampaignError(
+                f"slurm.signal_seconds={self.signal_seconds} must be > 0 and below the time "
+                f"limit ({self.time} = {limit} s)"
+            )
+        for key in self.env:
+            if not re.fullmatch(r"[A-Za-z_]\w*", key):
+                raise CampaignError(f"slurm.env: {key!r} is not a variable name")
+
+    @property
+    def template_name(self) -> str:
+        """The template actually used for training."""
+        if self.template is not None:
+            return self.template
+        return "train_one_node" if self.nodes == 1 else "train_multi_node"
+
+
+@dataclass
+class EvaluationConfig:
+    """Post-training tests run after each training run, one job per level."""
+
+    levels: list[str] = field(default_factory=lambda: ["BabyAI-MixedTestLocal-v0"])
+    """Levels to evaluate on (`eval.level`)."""
+    episodes: int = 1000
+    """Episodes per suite (`eval.episodes`)."""
+    suites: list[str] | dict[str, list[str]] | None = None
+    """Test suites (`eval.suites`): one list for every level, or a list per level (a level left
+    out keeps the default); None keeps the evaluation script's default (every suite)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Further evaluation overrides."""
+    slurm: dict[str, Any] = field(
+        default_factory=lambda: {"nodes": 1, "gpus_per_node": 1, "time": "4:00:00"}
+    )
+    """Changes to the campaign's slurm section for evaluation jobs (partition etc. are kept)."""
+
+    def __post_init__(self) -> None:
+        if not self.levels:
+            raise CampaignError("evaluation.levels is empty")
+        if self.episodes < 1:
+            raise CampaignError(f"evaluation.episodes must be >= 1, got {self.episodes}")
+        if isinstance(self.suites, dict) and (extra := sorted(set(self.suites) - set(self.levels))):
+            raise CampaignError(
+                f"evaluation.suites names level(s) not in evaluation.levels: {', '.join(extra)}"
+            )
+
+    def suites_for(self, level: str) -> list[str] | None:
+        """The suites evaluated on `level` (None: the evaluation script's default)."""
+        if isinstance(self.suites, dict):
+            return self.suites.get(level)
+        return self.suites
+
+
+@dataclass
+class CampaignConfig:
+    """A campaign: `preset` + `overrides` + each point of `grid`, for each seed."""
+
+    name: str
+    """Campaign name: the folder under output_root and the prefix of job names."""
+    preset: str
+    """Training preset (`--config-name`), e.g. glam_paper."""
+    seeds: list[int]
+    """One run per seed and grid point (`train.seed`)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Hydra overrides shared by every run."""
+    grid: dict[str, list[Any]] | None = None
+    """Hydra override -> values; runs cover the cartesian product. None: the seeds only."""
+    output_root: str = "runs"
+    """Runs go to OUTPUT_ROOT/NAME/RUN (relative to the repository root)."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """Resources of each training job."""
+    evaluation: EvaluationConfig | None = None
+    """Evaluation jobs chained after each training job; None: none."""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[\w.-]+", self.name):
+            raise CampaignError(f"name {self.name!r} may only hold letters, digits, '_.-'")
+        if not self.seeds or not all(type(seed) is int for seed in self.seeds):
+            raise CampaignError(f"seeds must be a non-empty list of integers, got {self.seeds!r}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise CampaignError(f"seeds has duplicates: {self.seeds}")
+        if self.grid is not None:
+            if not self.grid:
+                raise CampaignError("grid is empty; leave it out to run only the seeds")
+            for key, values in self.grid.items():
+                if not isinstance(values, list) or not values:
+                    raise CampaignError(
+                        f"grid.{key} must be a non-empty list of values, got {values!r}"
+                    )
+        grid_keys = set(self.grid or {})
+        for key in [*self.overrides, *grid_keys]:
+            if not _OVERRIDE_KEY.match(key):
+                raise CampaignError(f"{key!r} is not a Hydra override key")
+            if key.lstrip("+~") in RESERVED_KEYS:
+                raise CampaignError(f"{key} is set by the launcher for each run; remove it")
+        if not self.slurm.template_name.startswith("train_"):
+            raise CampaignError(
+                f"slurm.template {self.slurm.template!r} is not a training template"
+            )
+        if both := grid_keys & set(self.overrides):
+            raise CampaignError(f"keys in both overrides and grid: {sorted(both)}")
+
+
+def parse_slurm_time(text: str) -> int:
+    """Seconds in a SLURM time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
+    match = _SLURM_TIME.match(str(text))
+    if match is None:
+        raise CampaignError(f"slurm.time {text!r} is not a SLURM time (e.g. 24:00:00, 1-12:00)")
+    days, *parts = match.groups()
+    numbers = [int(part) for part in parts if part is not None]
+    if days is not None:
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:
+        hours, (minutes, seconds) = 0, (numbers + [0])[:2]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def from_mapping(cls: type, data: Any, where: str) -> Any:
+    """Instantiate dataclass `cls` from a YAML mapping, naming unknown and missing keys.
+
+    `where` is the mapping's dotted place in the file (empty for the top), used in messages.
+    """
+    if not isinstance(data, dict):
+        raise CampaignError(f"{where or 'the file'} must be a mapping, got {type(data).__name__}")
+    names = {item.name: item for item in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    if unknown := sorted(set(data) - set(names)):
+        raise CampaignError(
+            f"unknown key(s) {', '.join(prefix + key for key in unknown)}; "
+            f"known in {where or 'the file'}: {', '.join(names)}"
+        )
+    required = [
+        name
+        for name, item in names.items()
+        if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+    ]
+    if missing := [name for name in required if name not in data]:
+        raise CampaignError(f"missing key(s): {', '.join(prefix + key for key in missing)}")
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if not _has_type(value, hints[key]):
+            raise CampaignError(f"{prefix}{key} must be {_type_name(hints[key])}, got {value!r}")
+    values = dict(data)
+    for key, value in data.items():
+        options = typing.get_args(hints[key]) or (hints[key],)
+        nested = [option for option in options if dataclasses.is_dataclass(option)]
+        if nested and isinstance(value, dict):
+            values[key] = from_mapping(nested[0], value, prefix + key)
+    return cls(**values)
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a YAML value fits a field's type (outer type only for lists and dicts)."""
+    if hint is Any:
+        return True
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)
+    if isinstance(hint, types.UnionType):
+        return any(_has_type(value, option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is int:
+        return type(value) is int  # not bool
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is str:
+        return isinstance(value, (str, int)) and not isinstance(value, bool)  # 24 -> "24"
+    return isinstance(value, origin)
+
+
+def _type_name(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    origin = typing.get_origin(hint) or hint
+    if dataclasses.is_dataclass(origin):
+        return "a mapping"
+    return {type(None): "null", list: "a list", dict: "a mapping"}.get(origin, origin.__name__)
+
+
+def load_campaign(path: Path) -> CampaignConfig:
+    """Read and validate a campaign file."""
+    if not path.is_file():
+        raise CampaignError("no such campaign file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise CampaignError(f"not valid YAML: {error}") from error
+    return from_mapping(CampaignConfig, data, "")
