@@ -14,6 +14,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import minigrid  # noqa: F401  (registers minigrid's BabyAI levels with gymnasium)
 from gymnasium import spaces
+from gymnasium.error import ResetNeeded
 
 from babyai_text.actions import ActionSpace, get_action_space
 from babyai_text.describe import LANGUAGES, describe_view, translate_mission
@@ -38,6 +39,9 @@ class TextEnv(gym.Wrapper):
     - ``"success"``: True when the episode has just ended with a positive reward.
 
     ``step`` takes an index into ``action_words`` or one of the words. Rewards are BabyAI's.
+    Once an episode has ended (terminated or truncated), ``step`` raises ``ResetNeeded`` until
+    ``reset`` is called: minigrid would otherwise play on in the finished episode and pay the
+    success reward again. (``TextVectorEnv`` resets its envs itself.)
     """
 
     def __init__(
@@ -65,12 +69,15 @@ class TextEnv(gym.Wrapper):
         )
         self.action_words: tuple[str, ...] = self.action_space_def.words
         self.action_space = spaces.Discrete(len(self.action_words))
+        self._episode_over: bool | None = None
+        """None before the first reset; True once the episode has ended."""
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode; ``info`` holds ``descriptions``, ``task_type`` and ``success``."""
         obs, info = self.env.reset(seed=seed, options=options)
+        self._episode_over = False
         return self._textualise(obs, info, success=False)
 
     def step(
@@ -80,9 +87,18 @@ class TextEnv(gym.Wrapper):
 
         Raises:
             ValueError: if ``action`` is not in the action space; the message lists the words.
+            ResetNeeded: before the first ``reset``, or after the episode ended.
         """
+        if self._episode_over is None:
+            raise ResetNeeded("call reset() before step()")
+        if self._episode_over:
+            raise ResetNeeded(
+                "the episode has ended (terminated or truncated): call reset() before step() "
+                "after an episode ended"
+            )
         minigrid_action = self.action_space_def.to_minigrid(action)
         obs, reward, terminated, truncated, info = self.env.step(minigrid_action)
+        self._episode_over = bool(terminated or truncated)
         obs, info = self._textualise(obs, info, success=bool(terminated and reward > 0))
         return obs, reward, terminated, truncated, info
 

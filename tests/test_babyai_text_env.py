@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gymnasium.error import ResetNeeded
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import (
     AfterInstr,
@@ -14,6 +15,7 @@ from minigrid.envs.babyai.core.verifier import (
     OpenInstr,
     PickupInstr,
 )
+from minigrid.utils.baby_ai_bot import BabyAIBot
 
 import babyai_text
 from babyai_text.describe import describe_env
@@ -79,6 +81,8 @@ def test_same_seed_same_episode(level_id: str) -> None:
             step_a, step_b = first.step(action), second.step(action)
             assert step_a[1:4] == step_b[1:4]
             assert step_a[4]["descriptions"] == step_b[4]["descriptions"]
+            if step_a[2] or step_a[3]:  # ended: a further step needs a reset
+                break
         missions.add(obs_a["mission"])
     assert len(missions) > 1, "every seed gave the same mission"
 
@@ -94,6 +98,8 @@ def test_action_by_word_equals_action_by_index(level_id: str) -> None:
         assert (r_i, te_i, tr_i) == (r_w, te_w, tr_w)
         assert info_i["descriptions"] == info_w["descriptions"]
         assert tuple(by_index.unwrapped.agent_pos) == tuple(by_word.unwrapped.agent_pos)
+        if te_i or tr_i:  # ended: a further step needs a reset
+            break
 
 
 @pytest.mark.parametrize("level_id", ALL_LEVELS)
@@ -167,6 +173,37 @@ def test_max_steps_override_truncates(level_id: str) -> None:
     assert [truncated for _, _, _, truncated, _ in results] == [False] * 4 + [True]
     assert not any(terminated for _, _, terminated, _, _ in results)
     assert results[-1][4]["success"] is False
+
+
+def _play_until_the_end(env: babyai_text.TextEnv, ending: str) -> float:
+    """Play one episode to its end (the bot's success, or the time limit); return the reward."""
+    bot = BabyAIBot(env)
+    while True:
+        action = env.action_words[bot.replan()] if ending == "terminated" else "turn left"
+        _, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            assert (terminated, info["success"]) == (
+                (True, True) if ending == "terminated" else (False, False)
+            )
+            return float(reward)
+
+
+@pytest.mark.parametrize("ending", ["terminated", "truncated"])
+def test_step_after_the_episode_ended_raises_until_reset(ending: str) -> None:
+    env = babyai_text.make("BabyAI-GoToLocal-v0", max_steps=None if ending == "terminated" else 3)
+    with pytest.raises(ResetNeeded, match=r"call reset\(\) before step\(\)"):
+        env.step("turn left")
+    env.reset(seed=0)
+    reward = _play_until_the_end(env, ending)
+    assert (reward > 0) == (ending == "terminated")
+    steps = env.unwrapped.step_count
+    for action in ("go forward", "turn left"):  # minigrid would play on and pay again
+        with pytest.raises(ResetNeeded, match="episode has ended .* after an episode ended"):
+            env.step(action)
+    assert env.unwrapped.step_count == steps
+    env.reset(seed=1)
+    _, _, terminated, truncated, _ = env.step("turn left")
+    assert not (terminated or truncated) and env.unwrapped.step_count == 1
 
 
 def test_task_type_of_instructions() -> None:

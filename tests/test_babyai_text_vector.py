@@ -83,6 +83,27 @@ def test_episode_info_of_solved_episodes() -> None:
     assert len(set(finished)) == len(finished)
 
 
+def test_auto_reset_keeps_stepping_past_every_end() -> None:
+    """The envs refuse a step after an ended episode; the vector env resets them first."""
+    envs = TextVectorEnv("BabyAI-GoToLocal-v0", 2, seed=0, max_steps=8)
+    envs.reset()
+    bot = BabyAIBot(envs.envs[0])
+    ended = {"terminated": 0, "truncated": 0}
+    for _ in range(64):  # env 0 follows the bot (successes), env 1 turns (time-outs)
+        action = envs.action_words[bot.replan()]
+        _, rewards, terminated, truncated, infos = envs.step([action, "turn left"])
+        ended["terminated"] += int(terminated.sum())
+        ended["truncated"] += int(truncated.sum())
+        for i in range(2):
+            assert (rewards[i] > 0) == bool(terminated[i])  # paid once, when the episode ends
+            if "episode" in infos[i]:
+                assert envs.envs[i].unwrapped.step_count == 0  # already in the next episode
+        if "episode" in infos[0]:
+            bot = BabyAIBot(envs.envs[0])
+    assert ended["terminated"] >= 2 and ended["truncated"] >= 8
+    assert sum(envs.episodes_started) == 2 + ended["terminated"] + ended["truncated"]
+
+
 def test_resume_continues_the_seed_schedule() -> None:
     envs = TextVectorEnv(LEVEL, 2, seed=7, max_steps=2)
     envs.reset()
