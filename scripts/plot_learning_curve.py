@@ -6,7 +6,8 @@
 
 Points are per update (episodes that ended during its rollout); the thick line is a moving
 average over `--smooth` updates, weighted by the number of episodes, so updates in which few
-episodes ended count little.
+episodes ended count little. A run with no logged update yet (no metrics.csv, or one with a
+header only or nothing) is an error: exit status 2, no PNG.
 """
 
 from __future__ import annotations
@@ -62,11 +63,10 @@ def moving_average(values: list[float], weights: list[float], window: int) -> li
     return out
 
 
-def plot(run_dirs: list[Path], labels: list[str], out: Path, smooth: int) -> None:
-    """Write one PNG with a panel per metric and a line per run."""
+def plot(runs: list[list[dict[str, float]]], labels: list[str], out: Path, smooth: int) -> None:
+    """Write one PNG with a panel per metric and a line per run (`runs`: each run's rows)."""
     figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    for run_dir, label in zip(run_dirs, labels, strict=True):
-        rows = read_metrics(run_dir)
+    for rows, label in zip(runs, labels, strict=True):
         frames = [row["frames"] for row in rows]
         episodes = [row.get("charts/episodes", 1.0) for row in rows]
         for axis, (key, title, weighted) in zip(axes.flat, PANELS, strict=True):
@@ -79,7 +79,7 @@ def plot(run_dirs: list[Path], labels: list[str], out: Path, smooth: int) -> Non
     axes[0, 0].set_ylim(-0.02, 1.02)
     for axis in axes[1]:
         axis.set_xlabel("frames (environment steps, all processes)")
-    if len(run_dirs) > 1:
+    if len(runs) > 1:
         axes[0, 0].legend()
     figure.suptitle(", ".join(labels))
     figure.tight_layout()
@@ -95,14 +95,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--labels", nargs="+", help="one label per run (default: folder names)")
     parser.add_argument("--smooth", type=int, default=10, help="moving-average window, updates")
     args = parser.parse_args(argv)
-    for run_dir in args.run_dirs:
-        if not (run_dir / "metrics.csv").is_file():
-            parser.error(f"{run_dir} has no metrics.csv")
     labels = args.labels or [run_dir.name for run_dir in args.run_dirs]
     if len(labels) != len(args.run_dirs):
         parser.error("give one --labels entry per run folder")
+    runs = []
+    for run_dir in args.run_dirs:
+        if not (run_dir / "metrics.csv").is_file():
+            parser.error(f"{run_dir} has no metrics.csv: the run has no logged update yet")
+        runs.append(read_metrics(run_dir))
+        if not runs[-1]:  # a run killed before its first update leaves a header or nothing
+            parser.error(f"{run_dir}/metrics.csv is empty: the run has no logged update yet")
     out = args.out or args.run_dirs[0] / "learning_curve.png"
-    plot(args.run_dirs, labels, out, max(args.smooth, 1))
+    plot(runs, labels, out, max(args.smooth, 1))
     print(f"wrote {out}")
     return 0
 

@@ -49,11 +49,19 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
-def test_plot_refuses_a_folder_without_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metrics", [None, "", "update,frames,charts/success_rate\n"])
+def test_plot_refuses_a_run_with_no_logged_update(metrics: str | None, tmp_path: Path) -> None:
+    """No metrics.csv, an empty one, or a header only (a run killed before its first update)."""
+    if metrics is not None:
+        (tmp_path / "metrics.csv").write_text(metrics)
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "plot_learning_curve.py"), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode == 2 and "has no metrics.csv" in result.stderr
+    assert result.returncode == 2
+    assert "the run has no logged update yet" in result.stderr
+    expected = "has no metrics.csv" if metrics is None else "metrics.csv is empty"
+    assert expected in result.stderr
+    assert not (tmp_path / "learning_curve.png").exists()
