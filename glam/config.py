@@ -394,9 +394,9 @@ def unknown_key_errors(data: Mapping[str, Any], schema_cls: type, prefix: str = 
 def check_override_keys(overrides: Iterable[str], schema_cls: type) -> None:
     """Refuse command-line overrides whose key is not in `schema_cls`, `+key=value` or not.
 
-    Hydra's own message for `key=value` on an unknown key suggests the `+` form, which would
-    only add the key for `to_object` to drop: both forms get the same message here, naming
-    the valid keys. Hydra's own settings (`hydra.*`) and config groups (`a/b=...`) pass.
+    Hydra's own message for `key=value` on an unknown key suggests the `+` form, which is
+    refused as well (`validate_config`): both forms get the same message here, naming the
+    section's valid keys. Hydra's own settings (`hydra.*`) and config groups (`a/b=...`) pass.
 
     Raises:
         ConfigError: the first unknown key of each override, with its section's valid keys.
