@@ -42,7 +42,9 @@ def script_arguments(script: str) -> list[str]:
 
 
 @pytest.mark.parametrize("path", sorted(CAMPAIGN_DIR.glob("*.yaml")), ids=lambda path: path.name)
-def test_every_campaign_file_loads_checks_and_renders_valid_bash(path: Path, tmp_path: Path) -> None:
+def test_every_campaign_file_loads_checks_and_renders_valid_bash(
+    path: Path, tmp_path: Path
+) -> None:
     campaign = glam_campaign.load_campaign(path)
     jobs = glam_campaign.plan_jobs(campaign, tmp_path)
     assert jobs
