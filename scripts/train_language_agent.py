@@ -11,7 +11,10 @@
         scripts/train_language_agent.py --config-name glam_paper train.output_dir=runs/paper
     # N CPU processes over gloo (this file really starts N; `--cpu --num_processes N` starts 1)
     accelerate launch --config_file configs/accelerate/multi_cpu.yaml --num_processes 2 \
-        scripts/train_language_agent.py --config-name tiny train.cpu=true train.output_dir=runs/2p
+        scripts/train_language_agent.py --config-name tiny train.output_dir=runs/2p
+    # DeepSpeed ZeRO-2 / ZeRO-3 on the CPU (no CUDA: DS_ACCELERATOR=cpu is set for you)
+    accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 2 \
+        scripts/train_language_agent.py --config-name tiny train.output_dir=runs/zero2
     # continue a run from its newest checkpoint (starts fresh if it has none)
     python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny \
         train.resume=true
@@ -25,7 +28,6 @@ See docs/training.md.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -45,18 +47,19 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
     import torch
     import transformers
-    from accelerate import Accelerator
     from accelerate.utils import broadcast_object_list
 
+    from glam.ppo.launch import LaunchError, build_accelerator, describe
     from glam.ppo.trainer import SetupError, TrainingDiverged, train
 
     if cfg.train.torch_threads is not None:
         torch.set_num_threads(cfg.train.torch_threads)
     transformers.utils.logging.disable_progress_bar()
-    accelerator = Accelerator(
-        cpu=cfg.train.cpu,
-        gradient_accumulation_steps=_accumulation_steps(cfg, _world_size()),
-    )
+    try:
+        accelerator = build_accelerator(cpu=cfg.train.cpu)
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     # Every process must write into the same folder: the main process picks it.
     output_dir = [cfg.train.output_dir or f"runs/{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(output_dir)
@@ -65,10 +68,7 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-    accelerator.print(
-        f"[glam] run folder {run_dir}, {accelerator.num_processes} process(es) "
-        f"({accelerator.distributed_type.value}, {accelerator.device.type})"
-    )
+    accelerator.print(f"[glam] run folder {run_dir}, {describe(accelerator)}")
 
     try:
         result = train(cfg, accelerator, run_dir)
@@ -96,15 +96,6 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         )
     accelerator.end_training()
     return 0
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _accumulation_steps(cfg: TrainingRunConfig, world: int) -> int:
-    local = max(cfg.ppo.minibatch_size // world, 1)
-    return max(local // min(cfg.ppo.micro_batch_size or local, local), 1)
 
 
 def _config_name() -> str:

@@ -137,6 +137,18 @@ def prepare_embedded_model(name: str = DEFAULT_MODEL, *, verbose: bool = True) -
     return target
 
 
+def prepare_model_cache(spec: str) -> None:
+    """Build the local cache folder of an embedded or tiny model spec (no-op for other specs).
+
+    Multi-process runs call this on the main process first, so the ranks do not all convert the
+    same model at once, and before any collective model construction (DeepSpeed ZeRO-3).
+    """
+    if spec in EMBEDDED_MODELS:
+        prepare_embedded_model(spec)
+    elif spec in TINY_MODELS:
+        prepare_tiny_model(spec, cache_root() / "models")
+
+
 def _model_class(config: PretrainedConfig) -> type:
     if config.is_encoder_decoder:
         return AutoModelForSeq2SeqLM

@@ -143,6 +143,10 @@ def prepare_tiny_model(name: str, models_dir: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if not (tmp / "config.json").is_file() or not any(tmp.glob("*.safetensors")):
+            raise RuntimeError(f"building the tiny model {name!r} wrote no weights into {tmp}")
+        if target.exists() and not (target / "config.json").is_file():
+            shutil.rmtree(target, ignore_errors=True)  # left incomplete by an older version
         try:
             tmp.rename(target)
         except OSError:

@@ -175,7 +175,14 @@ def save_checkpoint(
     rank_dir.mkdir()
     torch.save(_rng_state(), rank_dir / "rng.pt")
     (rank_dir / "envs.json").write_text(json.dumps(env_state, indent=1))
-    if accelerator.distributed_type != DistributedType.DEEPSPEED and accelerator.is_main_process:
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        # Each process holds its shard of the optimizer state: DeepSpeed's own checkpoint writes
+        # every shard (and the trainable weights; the frozen base stays in the model's folder).
+        model.save_checkpoint(
+            str(tmp / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True,
+            save_latest=False,
+        )
+    elif accelerator.is_main_process:
         # Data parallel: every process holds the same optimizer state.
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     if accelerator.is_main_process:
@@ -209,10 +216,12 @@ def load_training_state(
     accelerator: Accelerator,
     checkpoint: Path,
     *,
+    model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> tuple[TrainerState, dict[str, Any]]:
-    """Restore optimizer, scheduler and this process's RNG states from `checkpoint`.
+    """Restore optimizer (Adam moments; under DeepSpeed every process's shard), scheduler and
+    this process's RNG states from `checkpoint`.
 
     The policy weights are loaded separately, before `accelerator.prepare` (see
     `glam.ppo.trainer.build_policy`). Returns the counters and this process's env state.
@@ -223,17 +232,60 @@ def load_training_state(
             f"checkpoint {checkpoint} was written by {state.world_size} processes, this run has "
             f"{accelerator.num_processes}: resume with the same number of processes"
         )
-    optimizer_file = checkpoint / "optimizer.pt"
-    if optimizer_file.is_file():
-        optimizer.load_state_dict(
-            torch.load(optimizer_file, map_location=accelerator.device, weights_only=True)
-        )
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        _load_deepspeed_state(model, checkpoint)
     else:
-        accelerator.print(
-            f"[glam] {checkpoint} has no optimizer.pt (DeepSpeed run): Adam moments start afresh"
+        # Saved from the CPU; load_state_dict moves the moments to the parameters' device.
+        optimizer.load_state_dict(
+            torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
         )
     scheduler.load_state_dict(json.loads((checkpoint / "scheduler.json").read_text()))
     rank_dir = checkpoint / f"rank_{accelerator.process_index}"
-    _set_rng_state(torch.load(rank_dir / "rng.pt", weights_only=True))
+    _set_rng_state(torch.load(rank_dir / "rng.pt", map_location="cpu", weights_only=True))
     env_state = json.loads((rank_dir / "envs.json").read_text())
     return state, env_state
+
+
+DEEPSPEED_DIR = "deepspeed"
+"""Folder of a checkpoint holding DeepSpeed's own checkpoint (optimizer shards) under DeepSpeed."""
+DEEPSPEED_TAG = "state"
+
+
+def _load_deepspeed_state(engine: torch.nn.Module, checkpoint: Path) -> None:
+    """Restore DeepSpeed's checkpoint (optimizer shards, trainable weights) into `engine`,
+    reading its files with `torch.load(weights_only=True)` instead of DeepSpeed's unpickler."""
+    folder = checkpoint / DEEPSPEED_DIR
+    if not (folder / DEEPSPEED_TAG).is_dir():
+        raise FileNotFoundError(f"{folder / DEEPSPEED_TAG} is missing: not a DeepSpeed checkpoint")
+    engine.checkpoint_engine = _SafeCheckpointEngine(engine.checkpoint_engine)
+    try:
+        path, _ = engine.load_checkpoint(
+            str(folder),
+            tag=DEEPSPEED_TAG,
+            load_module_strict=False,  # the frozen base is not in it
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,  # ours is in scheduler.json
+        )
+    finally:
+        engine.checkpoint_engine = engine.checkpoint_engine.inner
+    if path is None:
+        raise FileNotFoundError(f"DeepSpeed found no checkpoint in {folder}")
+
+
+class _SafeCheckpointEngine:
+    """DeepSpeed's checkpoint engine with a loader that never runs pickled code: only tensors,
+    containers, numbers and the few plain DeepSpeed records its files hold."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def load(self, path: str, map_location: Any = None) -> Any:
+        from deepspeed.runtime.fp16.loss_scaler import LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        with torch.serialization.safe_globals([ZeroStageEnum, fragment_address, LossScaler]):
+            return torch.load(path, map_location=map_location, weights_only=True)

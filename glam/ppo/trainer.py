@@ -22,6 +22,7 @@ from accelerate.utils import DistributedType, set_seed
 from omegaconf import OmegaConf
 
 from glam.config import PPOConfig, TrainingRunConfig
+from glam.models.loading import prepare_model_cache
 from glam.policy.llm_policy import PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.checkpoint import (
@@ -233,7 +234,12 @@ def ppo_update(
     """
     device = accelerator.device
     local_minibatch = ppo.minibatch_size // accelerator.num_processes
-    micro = min(ppo.micro_batch_size or local_minibatch, local_minibatch)
+    micro = micro_batch_size(ppo, accelerator.num_processes)
+    if accelerator.gradient_accumulation_steps != local_minibatch // micro:
+        raise ValueError(
+            f"the accelerator accumulates {accelerator.gradient_accumulation_steps} micro-batches "
+            f"per step, the update needs {local_minibatch // micro} (set by build_training)"
+        )
     model.train()
     if ppo.normalize_advantages:
         mean, std = _global_mean_std(accelerator, batch.advantages)
@@ -421,10 +427,15 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
         raise SetupError(f"cannot resume: {error}") from None
     if resume_from is not None:
         _check_same_run(cfg, resume_from, world)
-    set_seed(cfg.train.seed, device_specific=True)  # + rank: processes sample differently
+    # The same seed on every process while the policy is drawn: identical initial LoRA and head
+    # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
+    with accelerator.main_process_first():  # one process converts the model, the others wait
+        prepare_model_cache(cfg.model.name_or_path)
+    set_seed(cfg.train.seed)
+    policy = build_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
+    set_seed(cfg.train.seed, device_specific=True)
 
     local_envs = cfg.env.num_envs // world
-    policy = build_policy(cfg, resume_from)
     try:
         runner = EnvRunner(
             cfg.env,
@@ -450,13 +461,16 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda update: lr_factor(update, cfg.ppo, cfg.num_updates)
     )
+    # The update accumulates micro-batches into one optimizer step per minibatch: set here, not
+    # by the caller, so every entry point runs the same algorithm.
+    accelerator.gradient_accumulation_steps = accumulation_steps(cfg.ppo, world)
     _configure_deepspeed(accelerator, cfg)
     model, optimizer = accelerator.prepare(policy, optimizer)
 
     state = TrainerState(world_size=world)
     if resume_from is not None:
         state, env_state = load_training_state(
-            accelerator, resume_from, optimizer=optimizer, scheduler=scheduler
+            accelerator, resume_from, model=model, optimizer=optimizer, scheduler=scheduler
         )
         runner.load_state_dict(env_state)
         # The learning rate follows the config of this session (a resumed run may lower it).
@@ -605,15 +619,25 @@ def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> Non
         )
 
 
+def micro_batch_size(ppo: PPOConfig, world: int) -> int:
+    """Transitions per forward/backward chunk on each process."""
+    local = ppo.minibatch_size // world
+    return min(ppo.micro_batch_size or local, local)
+
+
+def accumulation_steps(ppo: PPOConfig, world: int) -> int:
+    """Micro-batches accumulated into one optimizer step (one minibatch)."""
+    return (ppo.minibatch_size // world) // micro_batch_size(ppo, world)
+
+
 def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> None:
     """Give DeepSpeed the batch layout it otherwise reads from a dataloader (we have none)."""
     if accelerator.distributed_type != DistributedType.DEEPSPEED:
         return
-    local = cfg.ppo.minibatch_size // accelerator.num_processes
-    micro = min(cfg.ppo.micro_batch_size or local, local)
+    world = accelerator.num_processes
     ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
-    ds_config["train_micro_batch_size_per_gpu"] = micro
-    ds_config["gradient_accumulation_steps"] = local // micro
+    ds_config["train_micro_batch_size_per_gpu"] = micro_batch_size(cfg.ppo, world)
+    ds_config["gradient_accumulation_steps"] = accumulation_steps(cfg.ppo, world)
     ds_config["train_batch_size"] = cfg.ppo.minibatch_size
     ds_config["gradient_clipping"] = cfg.ppo.max_grad_norm
 
