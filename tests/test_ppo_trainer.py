@@ -31,7 +31,7 @@ from glam.ppo.checkpoint import (
     save_checkpoint,
 )
 from glam.ppo.gae import compute_gae
-from glam.ppo.rollout import EnvRunner, env_seed
+from glam.ppo.rollout import EnvRunner, env_seed, resolve_action_space
 from glam.ppo.trainer import (
     SetupError,
     StopSignal,
@@ -254,7 +254,7 @@ def test_checkpoint_files_are_pickle_free_and_restore_rng(
     fresh_optimizer = torch.optim.AdamW(_Saveable().parameters(), lr=0.1)
     fresh_scheduler = torch.optim.lr_scheduler.LambdaLR(fresh_optimizer, lambda u: 0.5**u)
     state, env_state = load_training_state(
-        accelerator, path, optimizer=fresh_optimizer, scheduler=fresh_scheduler
+        accelerator, path, model=model, optimizer=fresh_optimizer, scheduler=fresh_scheduler
     )
     assert (state.update, state.frames) == (3, 30)
     assert env_state["episodes_started"] == [4]
@@ -318,3 +318,116 @@ def test_bf16_rollout_first_ratio_is_exactly_one_with_recomputed_logprobs(
     # The recomputed log-probs replaced the rollout's; they agree to bf16 precision.
     assert torch.allclose(buffer.logprobs, stored, atol=5e-2)
     assert math.isfinite(exact["losses/value"]) and exact["charts/epochs"] == 1.0
+
+
+def test_bf16_rollout_first_ratio_drifts_without_the_recompute(accelerator: Accelerator) -> None:
+    # The negative control of the test above: the same bf16 rollout, log-probs kept as rolled
+    # out. The update's micro-batches pad differently from the rollout's batches, so the first
+    # ratio moves away from 1 before any step.
+    cfg = tiny_config(autocast_bf16=True)
+    cfg.ppo = PPOConfig(frames_per_env=4, minibatch_size=8, micro_batch_size=2, epochs=1)
+    model, optimizer, buffer, advantages, returns = _rollout_batch(cfg, accelerator)
+    kept = ppo_update(
+        model, optimizer, buffer.transitions(advantages, returns), cfg.ppo, accelerator, False
+    )
+    assert kept["debug/first_ratio_deviation"] > 1e-4
+
+
+def _trainable_after_one_update(cfg: TrainingRunConfig, micro: int | None) -> list[torch.Tensor]:
+    from glam.policy.llm_policy import LLMActorCritic
+
+    accelerator = Accelerator(cpu=True)  # default: no accumulation; ppo_update sets its own
+    torch.manual_seed(0)
+    policy = LLMActorCritic.from_config(cfg.model, cfg.policy, NAV)
+    # SGD: the weights move by exactly lr * the accumulated gradient, nothing magnifies noise.
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(policy, optimizer)
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=cfg.env.num_envs, seed=0)
+    runner.reset()
+    buffer = RolloutBuffer(cfg.ppo.frames_per_env, cfg.env.num_envs)
+    torch.manual_seed(1)
+    stop = StopSignal()
+    try:
+        rollout = collect_rollout(model, runner, buffer, cfg, accelerator, stop)
+    finally:
+        stop.restore()
+    advantages, returns = compute_gae(
+        buffer.rewards,
+        buffer.values,
+        buffer.dones,
+        rollout.last_values,
+        gamma=0.99,
+        gae_lambda=0.95,
+    )
+    ppo = PPOConfig(
+        frames_per_env=cfg.ppo.frames_per_env, minibatch_size=64, micro_batch_size=micro, epochs=2
+    )
+    torch.manual_seed(2)  # the same minibatch order in both calls
+    ppo_update(model, optimizer, buffer.transitions(advantages, returns), ppo, accelerator, False)
+    return [p.detach().clone() for p in policy.parameters() if p.requires_grad]
+
+
+def test_micro_batches_accumulate_into_one_step_per_minibatch() -> None:
+    # 64 transitions, one minibatch: 4 chunks of 16 must give the update of one chunk of 64
+    # (the accumulated mean gradient, one optimizer step), whatever the caller's Accelerator.
+    cfg = tiny_config()
+    cfg.env.num_envs, cfg.ppo = 8, PPOConfig(frames_per_env=8, minibatch_size=64)
+    whole = _trainable_after_one_update(cfg, None)
+    chunked = _trainable_after_one_update(cfg, 16)
+    torch.manual_seed(0)
+    from glam.policy.llm_policy import LLMActorCritic
+
+    start = [p for p in LLMActorCritic.from_config(cfg.model, cfg.policy, NAV).parameters()]
+    moved = max((a - s).abs().max().item() for a, s in zip(whole, start, strict=True))
+    assert moved > 1e-3  # far above the tolerance: four steps instead of two would show
+    for a, b in zip(whole, chunked, strict=True):
+        # Only the fp32 summation order of the gradient differs (~1e-7 relative).
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_time_outs_are_bootstrapped_from_their_final_observation(accelerator: Accelerator) -> None:
+    from babyai_text import TextVectorEnv
+    from glam.policy.llm_policy import LLMActorCritic
+
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    policy = LLMActorCritic.from_config(cfg.model, cfg.policy, NAV)
+    results = {}
+    for bootstrap in (False, True):
+        cfg.ppo = PPOConfig(frames_per_env=8, minibatch_size=16, bootstrap_truncated=bootstrap)
+        runner = EnvRunner(cfg.env, cfg.policy, num_envs=4, seed=3)
+        runner.envs = TextVectorEnv(
+            cfg.env.name, 4, seed=3, action_space=resolve_action_space("nav"), max_steps=3
+        )
+        runner.reset()
+        buffer = RolloutBuffer(8, 4)
+        torch.manual_seed(1)
+        stop = StopSignal()
+        try:
+            collect_rollout(policy, runner, buffer, cfg, accelerator, stop)
+        finally:
+            stop.restore()
+        results[bootstrap] = buffer
+    off, on = results[False], results[True]
+    truncated = on.final_values != 0
+    assert truncated.any() and not off.final_values.any()
+    assert (off.dones[truncated]).all()  # only at episode ends
+    # The extra rows ride along without changing what the policy did (the batch's padding
+    # changes, so log-probs agree to fp32 rounding).
+    assert torch.equal(off.actions, on.actions)
+    torch.testing.assert_close(off.logprobs, on.logprobs, rtol=0, atol=1e-5)
+    # Each bootstrap value is the value of the episode's last prompt (history + final view).
+    step, env = map(int, truncated.nonzero()[0])
+    assert on.prompts[step][env].count("Observation") <= cfg.env.nbr_obs
+    final_runner = EnvRunner(cfg.env, cfg.policy, num_envs=4, seed=3)
+    final_runner.envs = TextVectorEnv(
+        cfg.env.name, 4, seed=3, action_space=resolve_action_space("nav"), max_steps=3
+    )
+    final_runner.reset()
+    for t in range(step + 1):
+        final_runner.step(on.actions[t].tolist())
+    prompt = final_runner.final_prompts[env]
+    assert prompt is not None and prompt.startswith(on.prompts[step][env].split("Observation")[0])
+    with torch.no_grad():
+        value = policy([prompt], [NAV]).values.float()
+    torch.testing.assert_close(on.final_values[step, env], value[0], rtol=1e-5, atol=1e-5)

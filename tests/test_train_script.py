@@ -1,7 +1,7 @@
 """scripts/train_language_agent.py as users run it: subprocesses with the `tiny` preset.
 
 Covers the run folder, checkpoints (peft adapter, pickle-free state), resume, SIGKILL mid-run,
-SIGTERM/SIGUSR1 preemption, a real two-process run over gloo, and bad input.
+SIGTERM/SIGUSR1 preemption and bad input (multi-process launchers: tests/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -50,35 +50,6 @@ def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_env(),
-        cwd=ROOT,
-    )
-
-
-def launch(
-    run_dir: Path, accelerate_config: str, num_processes: int, *overrides: str, timeout: float
-) -> subprocess.CompletedProcess:
-    """`accelerate launch` a two-update tiny run with configs/accelerate/<accelerate_config>.yaml."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(ROOT / "configs" / "accelerate" / f"{accelerate_config}.yaml"),
-            "--num_processes",
-            str(num_processes),
-            str(SCRIPT),
-            "--config-name",
-            "tiny",
-            f"train.output_dir={run_dir}",
-            f"train.total_frames={2 * FRAMES_PER_UPDATE}",
-            "train.save_every=1",
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
         env=_env(),
         cwd=ROOT,
     )
@@ -284,27 +255,10 @@ def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(
     assert latest_update(run_dir) == updates[-1] >= 1
 
 
-def test_two_processes_over_gloo(tmp_path: Path) -> None:
-    run_dir = tmp_path / "two"
-    result = launch(run_dir, "multi_cpu", 2, "train.cpu=true", timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "2 process(es) (MULTI_CPU, cpu)" in result.stdout
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["launch"]["world_size"] == 2 and config["launch"]["envs_per_process"] == 2
-    assert metric_updates(run_dir) == [1, 2]
-    checkpoint = run_dir / "checkpoints" / "update_000002"
-    seeds = [
-        json.loads((checkpoint / f"rank_{rank}" / "envs.json").read_text())["seed"]
-        for rank in (0, 1)
-    ]
-    assert seeds[0] != seeds[1]
-    assert json.loads((checkpoint / "trainer_state.json").read_text())["world_size"] == 2
-
-
 @pytest.mark.parametrize(
     "overrides,status,message",
     [
-        (["ppo.lrr=0.1"], 1, "Key 'lrr' not in 'PPOConfig'"),
+        (["ppo.lrr=0.1"], 1, "unknown key ppo.lrr (did you mean ppo.lr?)"),
         (["env.name=BabyAI-NoSuchLevel-v0"], 2, "unknown BabyAI level id 'BabyAI-NoSuchLevel-v0'"),
     ],
 )
@@ -333,35 +287,3 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
     assert result.returncode == 3, result.stderr
     assert "NaN" in result.stderr and "update_000002" in result.stderr
     assert tree_digest(run_dir / "checkpoints") == before
-
-
-def _deepspeed_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is not None
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.skipif(
-    not _deepspeed_available(), reason="needs deepspeed (pip install 'glam[deepspeed]')"
-)
-@pytest.mark.parametrize("layout", ["zero2", "zero3"])
-def test_deepspeed_run_saves_a_loadable_adapter(tmp_path: Path, layout: str) -> None:
-    from safetensors.torch import load_file
-
-    run_dir = tmp_path / layout
-    result = launch(run_dir, layout, 1, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "DEEPSPEED" in result.stdout
-    adapter = load_file(
-        run_dir
-        / "checkpoints"
-        / "update_000002"
-        / "policy"
-        / "adapter"
-        / "adapter_model.safetensors"
-    )
-    # Gathered, not the empty shards ZeRO-3 leaves on each process; LoRA B moved from zero.
-    assert all(tensor.numel() > 0 for tensor in adapter.values())
-    assert any("lora_B" in name and tensor.abs().sum() > 0 for name, tensor in adapter.items())

@@ -62,6 +62,10 @@ class PolicyOutput:
         """The action distribution over each prompt's candidates."""
         return Categorical(logits=self.logits)
 
+    def rows(self, n: int) -> PolicyOutput:
+        """The output of the first `n` prompts of the batch."""
+        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n])
+
 
 class LLMActorCritic(nn.Module):
     """Actor-critic over text actions around a causal or encoder-decoder language model.

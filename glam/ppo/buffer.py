@@ -61,6 +61,9 @@ class RolloutBuffer:
         self.values = torch.zeros(shape)
         self.rewards = torch.zeros(shape)
         self.dones = torch.zeros(shape, dtype=torch.bool)
+        self.final_values = torch.zeros(shape)
+        """Value of the final observation where an episode was truncated at that step (with
+        `ppo.bootstrap_truncated`), 0 elsewhere."""
         self.step = 0
 
     def add(
@@ -96,6 +99,7 @@ class RolloutBuffer:
     def reset(self) -> None:
         """Empty the buffer for the next rollout."""
         self.step = 0
+        self.final_values.zero_()
 
     def transitions(self, advantages: torch.Tensor, returns: torch.Tensor) -> Transitions:
         """All stored steps as one flat batch, step-major (`t * num_envs + env`)."""

@@ -179,7 +179,9 @@ def save_checkpoint(
         # Each process holds its shard of the optimizer state: DeepSpeed's own checkpoint writes
         # every shard (and the trainable weights; the frozen base stays in the model's folder).
         model.save_checkpoint(
-            str(tmp / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True,
+            str(tmp / DEEPSPEED_DIR),
+            tag=DEEPSPEED_TAG,
+            exclude_frozen_parameters=True,
             save_latest=False,
         )
     elif accelerator.is_main_process:

@@ -100,6 +100,9 @@ class EnvRunner:
         """Keep every decision (prompt, action) of the episodes played, for `pop_records`."""
         self._pending: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self._records: list[dict[str, Any]] = []
+        self.final_prompts: list[str | None] = [None] * num_envs
+        """Per env, after `step`: the prompt of the final observation of an episode that the
+        time limit cut at that step (to bootstrap its value), else None."""
 
     def reset(self) -> None:
         """Start a new episode in every env (at the next seeds of the schedule)."""
@@ -115,16 +118,16 @@ class EnvRunner:
 
     def prompts(self) -> list[str]:
         """The current prompt of every env."""
-        return [
-            history.prompt(
-                mission,
-                self.action_words,
-                self.language,
-                prompt_format=self._prompt_format,
-                tokenizer=self._tokenizer,
-            )
-            for history, mission in zip(self.histories, self.missions, strict=True)
-        ]
+        return [self._prompt(i) for i in range(self.num_envs)]
+
+    def _prompt(self, i: int) -> str:
+        return self.histories[i].prompt(
+            self.missions[i],
+            self.action_words,
+            self.language,
+            prompt_format=self._prompt_format,
+            tokenizer=self._tokenizer,
+        )
 
     def candidates(self) -> list[list[str]]:
         """The action strings each env's policy chooses among."""
@@ -146,7 +149,12 @@ class EnvRunner:
         observations, rewards, terminated, truncated, infos = self.envs.step(actions)
         dones = terminated | truncated
         episodes: list[dict[str, Any] | None] = []
+        self.final_prompts = [None] * self.num_envs
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
+            if truncated[i] and not terminated[i]:
+                self.histories[i].add_action(self.action_words[actions[i]])
+                self.histories[i].add_observation(info["final_info"]["descriptions"])
+                self.final_prompts[i] = self._prompt(i)
             if dones[i]:
                 episodes.append(info["episode"])
                 if self.recording:

@@ -133,6 +133,7 @@ def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Tr
                 rollout.last_values,
                 gamma=cfg.ppo.gamma,
                 gae_lambda=cfg.ppo.gae_lambda,
+                final_values=t.buffer.final_values if cfg.ppo.bootstrap_truncated else None,
             )
             batch = t.buffer.transitions(advantages, returns)
             # 3. PPO epochs over minibatches.
@@ -188,10 +189,20 @@ def collect_rollout(
     model.eval()
     buffer.reset()
     episodes = EpisodeStats()
-    for _ in range(buffer.num_steps):
+    # Final observations of time-outs (step, env, prompt) ride along with the next forward pass,
+    # so every process runs the same number of forwards (ZeRO-3 gathers weights in each).
+    finals: list[tuple[int, int, str]] = []
+    for t in range(buffer.num_steps + 1):
         prompts, candidates = runner.prompts(), runner.candidates()
-        output = model(prompts, candidates)
-        _raise_if_diverged(accelerator, not _finite(output))
+        batch = model(prompts + [f[2] for f in finals], candidates + candidates[:1] * len(finals))
+        _raise_if_diverged(accelerator, not _finite(batch))
+        values = batch.values.float().cpu()
+        for (step, env, _), value in zip(finals, values[len(prompts) :], strict=True):
+            buffer.final_values[step, env] = value
+        if t == buffer.num_steps:
+            last_values = values[: len(prompts)]
+            break
+        output = batch.rows(len(prompts))
         actions = output.dist.sample()
         rewards, dones, ended = runner.step(actions.tolist())
         buffer.add(
@@ -203,12 +214,17 @@ def collect_rollout(
             torch.as_tensor(rewards) * cfg.env.reward_scale,
             torch.as_tensor(dones),
         )
+        finals = [
+            (t, env, prompt)
+            for env, prompt in enumerate(runner.final_prompts)
+            if prompt is not None and cfg.ppo.bootstrap_truncated
+        ]
         for episode in ended:
             if episode is not None:
                 episodes.add(episode)
         if stop.requested(accelerator):
+            runner.pop_records()  # decisions of a dropped rollout belong to no update
             return None
-    last_values = model(runner.prompts(), runner.candidates()).values.float().cpu()
     return Rollout(last_values, episodes, time.perf_counter() - start)
 
 
@@ -235,11 +251,9 @@ def ppo_update(
     device = accelerator.device
     local_minibatch = ppo.minibatch_size // accelerator.num_processes
     micro = micro_batch_size(ppo, accelerator.num_processes)
-    if accelerator.gradient_accumulation_steps != local_minibatch // micro:
-        raise ValueError(
-            f"the accelerator accumulates {accelerator.gradient_accumulation_steps} micro-batches "
-            f"per step, the update needs {local_minibatch // micro} (set by build_training)"
-        )
+    # One optimizer step per minibatch, whoever built the accelerator (DeepSpeed's engine was
+    # given the same number by `_configure_deepspeed`).
+    accelerator.gradient_accumulation_steps = local_minibatch // micro
     model.train()
     if ppo.normalize_advantages:
         mean, std = _global_mean_std(accelerator, batch.advantages)
@@ -530,7 +544,7 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
     """The actor-critic of the config; with a checkpoint, its trained adapter and heads."""
     from glam.models.loading import ModelNotFoundError
-    from glam.policy.llm_policy import LLMActorCritic
+    from glam.policy.llm_policy import CheckpointError, LLMActorCritic
 
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
@@ -538,10 +552,18 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
         raise SetupError(str(error)) from None
     try:
         if checkpoint is not None:
-            return LLMActorCritic.from_pretrained(checkpoint / "policy")
-        return LLMActorCritic.from_config(cfg.model, cfg.policy, action_words)
+            # Whether a model's own code may run is the command line's decision, never the
+            # checkpoint's; the env record follows this session's config.
+            return LLMActorCritic.from_pretrained(
+                checkpoint / "policy",
+                trust_remote_code=cfg.model.trust_remote_code,
+                training_env=cfg.env,
+            )
+        return LLMActorCritic.from_config(cfg.model, cfg.policy, action_words, training_env=cfg.env)
     except ModelNotFoundError as error:
         raise SetupError(f"model.name_or_path={cfg.model.name_or_path!r}: {error}") from None
+    except CheckpointError as error:
+        raise SetupError(f"cannot resume: {error}") from None
 
 
 def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
@@ -648,6 +670,11 @@ def _resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator) -> s
         "world_size": accelerator.num_processes,
         "envs_per_process": cfg.env.num_envs // accelerator.num_processes,
         "distributed_type": str(accelerator.distributed_type.value),
+        "deepspeed_stage": (
+            accelerator.state.deepspeed_plugin.zero_stage
+            if accelerator.distributed_type == DistributedType.DEEPSPEED
+            else None
+        ),
         "mixed_precision": str(accelerator.mixed_precision),
         "device": str(accelerator.device.type),
         "num_updates": cfg.num_updates,
