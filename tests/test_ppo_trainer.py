@@ -431,3 +431,35 @@ def test_time_outs_are_bootstrapped_from_their_final_observation(accelerator: Ac
     with torch.no_grad():
         value = policy([prompt], [NAV]).values.float()
     torch.testing.assert_close(on.final_values[step, env], value[0], rtol=1e-5, atol=1e-5)
+
+
+def _saved_rollouts(run_dir: Path, total_frames: int, stop_at_call: int | None, monkeypatch):
+    """Train the tiny config in-process with `train.save_rollouts`, answering "stop" to the
+    `stop_at_call`-th check of the stop signal; return the saved decisions of update 1."""
+    from glam.ppo.trainer import train
+
+    cfg = tiny_config()
+    cfg.train = TrainConfig(total_frames=total_frames, save_every=1, save_rollouts=True, seed=3)
+    calls = {"n": 0}
+
+    def requested(self, accelerator):
+        calls["n"] += 1
+        return calls["n"] == stop_at_call
+
+    monkeypatch.setattr(StopSignal, "requested", requested)
+    run_dir.mkdir()
+    result = train(cfg, Accelerator(cpu=True), run_dir)
+    assert result.state.update == 1
+    folder = run_dir / "rollouts" / "rank_0" / "update_000001"
+    return {p.name: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_stop_mid_rollout_keeps_the_saved_decisions_of_the_last_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Update 1 (8 steps, a stop check after each, one after the update), then a stop signal at
+    # the last step of update 2's rollout: that partial rollout is dropped, and with it the
+    # decisions of the episodes it finished; update 1's saved decisions stay as they were.
+    reference = _saved_rollouts(tmp_path / "reference", 32, None, monkeypatch)
+    stopped = _saved_rollouts(tmp_path / "stopped", 10**6, 8 + 1 + 8, monkeypatch)
+    assert reference and stopped == reference
