@@ -10,6 +10,9 @@ subpackages, it only hides a cycle until the function runs.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -140,3 +143,30 @@ def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
         if in_function
     ]
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
+
+
+@pytest.mark.parametrize("module", ["glam", "glam.config", "glam.campaign"])
+def test_light_modules_do_not_import_torch(module: str) -> None:
+    """Configs and campaigns are checked in a fraction of a second, without torch or
+    transformers: `glam`'s own names (`glam.load_model`, ...) load when first used."""
+    code = (
+        f"import sys, {module}\n"
+        "heavy = sorted({'torch', 'transformers'} & set(sys.modules))\n"
+        "assert not heavy, heavy"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_lazy_top_level_names_load_on_first_use() -> None:
+    import glam
+    from glam.models import loading
+
+    assert glam.load_model is loading.load_model
+    assert glam.DEFAULT_MODEL in glam.EMBEDDED_MODELS
+    assert set(glam.__all__) <= set(dir(glam))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        glam.no_such_name  # noqa: B018
