@@ -45,6 +45,22 @@ CONFIG_FILE = "glam_policy.json"
 HEADS_FILE = "heads.safetensors"
 FORMAT_VERSION = 1
 
+SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
+    "policy": {
+        # Added with 1 as its default; the policy was the softmax of the raw scores before.
+        "temperature": 1.0,
+    },
+    "model": {
+        # Added with True as its default; the base model's dropout was left on before.
+        "disable_dropout": False,
+    },
+}
+"""`PolicyConfig` and `ModelConfig` fields added after the first `glam_policy.json` of this
+format, with the value a policy saved before the field existed was trained with. A field missing
+from a saved file takes this value, not today's dataclass default, which may differ
+(`temperature` is now 5, the default preset's): a folder loads as the policy that was saved.
+A new field of either dataclass gets its entry here."""
+
 
 @dataclass
 class PolicyOutput:
@@ -315,7 +331,7 @@ class LLMActorCritic(nn.Module):
         meta = _read_meta(path / CONFIG_FILE)
         try:
             model_cfg = _model_config(meta["model"], trust_remote_code) if meta["model"] else None
-            policy_cfg = PolicyConfig(**meta["policy"])
+            policy_cfg = PolicyConfig(**{**SETTINGS_BEFORE_THEIR_FIELD["policy"], **meta["policy"]})
         except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{path / CONFIG_FILE}: malformed settings: {error}") from None
         weights, dtype = meta["weights"], meta["dtype"]
@@ -529,6 +545,7 @@ def _model_config(data: dict, trust_remote_code: bool) -> ModelConfig:
     # A `trust_remote_code` recorded by older versions is dropped: the caller decides.
     return ModelConfig(
         **{
+            **SETTINGS_BEFORE_THEIR_FIELD["model"],
             **data,
             "lora": AdapterConfig(**data["lora"]),
             "trust_remote_code": trust_remote_code,
