@@ -116,7 +116,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     autocast_bf16: bool = False
-    """Run forward passes under bf16 autocast (GPU, or CPUs with AVX512-BF16)."""
+    """Run the language model's forward passes under bf16 autocast (GPU, or CPUs with
+    AVX512-BF16). Off, an outer autocast still applies (Accelerate's `mixed_precision: bf16`);
+    the heads run in fp32 either way."""
     disable_dropout: bool = True
     """Set the base model's dropout to 0 (Flan-T5 has 0.1; LoRA's own is `lora.dropout`). PPO's
     ratio compares the update's forward (train mode) with the rollout's (eval mode): with

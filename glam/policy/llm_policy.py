@@ -178,9 +178,16 @@ class LLMActorCritic(nn.Module):
     # ----------------------------------------------------------------------------------------
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        enabled = bool(self.model_cfg and self.model_cfg.autocast_bf16)
+        """bf16 autocast around the language model when `model.autocast_bf16` asks for it.
+
+        Otherwise the autocast state is left as the caller set it: an `enabled=False` here would
+        switch off an outer autocast too (Accelerate's under `mixed_precision: bf16`), and the
+        language model would silently run in fp32. The heads run in fp32 either way (`run_fp32`).
+        """
+        if not (self.model_cfg and self.model_cfg.autocast_bf16):
+            return contextlib.nullcontext()
         device_type = unwrap_model(self.model).device.type
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
 
     def _check_action_candidates(
         self, prompts: Sequence[str], candidates: Sequence[Sequence[str]]
