@@ -44,8 +44,8 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 Schema = TypeVar("Schema")
 
 DEFAULT_MODEL = "smollm2-135m"
-"""The model of the default preset: SmolLM2-135M-Instruct, embedded in a PyPI package
-(`glam.models.loading.EMBEDDED_MODELS`)."""
+"""The model of the default preset: SmolLM2-135M-Instruct, embedded in a PyPI package as a Q4_1
+GGUF file and de-quantized to fp32 (`glam.models.loading.EMBEDDED_MODELS`)."""
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
