@@ -25,6 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import (
     MISSING,  # noqa: F401  (re-exported for configs that need a required key)
     DictConfig,
@@ -37,6 +43,10 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 Schema = TypeVar("Schema")
 
+DEFAULT_MODEL = "smollm2-135m"
+"""The model of the default preset: SmolLM2-135M-Instruct, embedded in a PyPI package as a Q4_1
+GGUF file and de-quantized to fp32 (`glam.models.loading.EMBEDDED_MODELS`)."""
+
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
@@ -46,6 +56,21 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 def _check_positive(name: str, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+
+
+_SCHEMAS: dict[str, type] = {}
+"""Hydra schema name -> dataclass, for every schema declared with `hydra_schema` so far."""
+
+
+def hydra_schema(name: str) -> Callable[[type[Schema]], type[Schema]]:
+    """Class decorator: the dataclass is the schema `name` of the presets that start with
+    `defaults: [name, _self_]`; `register_configs` gives it to Hydra."""
+
+    def declare(schema_cls: type[Schema]) -> type[Schema]:
+        _SCHEMAS[name] = schema_cls
+        return schema_cls
+
+    return declare
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,7 +103,7 @@ class AdapterConfig:
 class ModelConfig:
     """Which language model to load and how."""
 
-    name_or_path: str = "smollm2-135m"
+    name_or_path: str = DEFAULT_MODEL
     """Embedded model name, local Hugging Face folder or .gguf file, or hub id."""
     dtype: str = "float32"
     """Weights dtype: float32, bfloat16 or float16."""
@@ -91,7 +116,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     autocast_bf16: bool = False
-    """Run forward passes under bf16 autocast (GPU, or CPUs with AVX512-BF16)."""
+    """Run the language model's forward passes under bf16 autocast (GPU, or CPUs with
+    AVX512-BF16). Off, an outer autocast still applies (Accelerate's `mixed_precision: bf16`);
+    the heads run in fp32 either way."""
     disable_dropout: bool = True
     """Set the base model's dropout to 0 (Flan-T5 has 0.1; LoRA's own is `lora.dropout`). PPO's
     ratio compares the update's forward (train mode) with the rollout's (eval mode): with
@@ -276,7 +303,7 @@ class TrainConfig:
     """Most recent checkpoints kept on disk; 0 keeps them all."""
     save_rollouts: bool = False
     """Also save the policy's decisions in finished episodes, in the demonstrations format of
-    behavioural cloning (`glam.bc.demos`), as `rollouts/rank_R/update_N/` datasets written with
+    behavioural cloning (`glam.demos`), as `rollouts/rank_R/update_N/` datasets written with
     each checkpoint; `bc.dataset=<run>/rollouts` clones them all."""
     resume: bool = False
     """Continue the run in output_dir from its newest checkpoint (starts fresh if it has none)."""
@@ -304,6 +331,7 @@ class TrainConfig:
             _check_positive("train.torch_threads", self.torch_threads)
 
 
+@hydra_schema("training_run_schema")
 @dataclass
 class TrainingRunConfig:
     """Everything `scripts/train_language_agent.py` needs: the root of the Hydra presets.
@@ -341,10 +369,12 @@ def register_configs() -> None:
 
     A preset starts with `defaults: [training_run_schema, _self_]`; then any key it sets or a
     command line overrides is checked against these dataclasses (a misspelt key is an error).
+    Registered: every schema declared so far, that is the training run's and those of the
+    config modules imported (`glam.eval.config`, `glam.bc.config`).
     """
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="training_run_schema", node=TrainingRunConfig)
+    store = ConfigStore.instance()
+    for name, schema_cls in _SCHEMAS.items():
+        store.store(name=name, node=schema_cls)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,9 +435,6 @@ def check_override_keys(overrides: Iterable[str], schema_cls: type) -> None:
     Raises:
         ConfigError: the first unknown key of each override, with its section's valid keys.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException:
@@ -479,8 +506,6 @@ def config_main(
     failure prints `error: invalid configuration: ...` and exits with status 1, as Hydra does
     for its own errors. `config_path` is relative to the decorated function's file.
     """
-    import hydra
-    from hydra._internal.utils import get_args_parser
 
     def decorate(function: Callable[[Schema], Any]) -> Callable[[], Any]:
         folder = Path(inspect.getfile(function)).resolve().parent / config_path
@@ -514,22 +539,19 @@ def compose_config(
 
     The same checks as the scripts run (`check_override_keys`, then `validate_config`), for
     code that needs a script's config without running it: campaigns, benchmarks, tests.
-    `schema_cls` defaults to `TrainingRunConfig`; every schema of glam is registered first.
+    `schema_cls` defaults to `TrainingRunConfig`; the schemas declared so far (`schema_cls`'s
+    among them) are registered first.
 
     Raises:
         ConfigError: an unknown preset, bad override syntax, unknown key or invalid value.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException as OmegaError
-
     schema = schema_cls or TrainingRunConfig
-    register_all_configs()
+    register_configs()
     check_override_keys(overrides, schema)
     try:
         with initialize_config_dir(str(Path(config_dir).resolve()), version_base="1.3"):
             raw = compose(config_name, overrides=list(overrides))
-    except (HydraException, OmegaError) as error:
+    except (HydraException, OmegaConfBaseException) as error:
         message = _first_line(error)
         if error.__cause__ is not None:  # "Error merging override ...": the cause says why
             message += f": {_first_line(error.__cause__)}"
@@ -538,16 +560,6 @@ def compose_config(
             message = f"{message.rstrip('.')}; presets in {config_dir}: {', '.join(presets)}"
         raise ConfigError(message) from error
     return validate_config(raw, schema)
-
-
-def register_all_configs() -> None:
-    """Register every schema of glam (training, evaluation, behavioural cloning) with Hydra."""
-    from glam.bc.config import register_configs as register_bc
-    from glam.eval.config import register_configs as register_eval
-
-    register_configs()
-    register_bc()
-    register_eval()
 
 
 def refuse_used_output_dir(

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.modeling_outputs import BaseModelOutput
 
 NORMALIZATIONS = ("sum", "token", "word")
 PACKED_ATTENTION = ("sdpa", "eager")
@@ -522,8 +523,6 @@ def _forward_decoder_rows(
     model: PreTrainedModel, encoder_ids: Tensor, encoder_mask: Tensor, decoder_ids: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Encoder once per prompt, then one decoder row per candidate (positions from 0 in each)."""
-    from transformers.modeling_outputs import BaseModelOutput
-
     device = model.device
     batch_size, num_slots, width = decoder_ids.shape
     encoded = model.get_encoder()(

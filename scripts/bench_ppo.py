@@ -8,10 +8,14 @@
     python scripts/bench_ppo.py --config-name glam_paper --updates 2 env.num_envs=8 \
         model.autocast_bf16=true
 
-It runs the real training loop (`glam.ppo.trainer.train`) in a temporary run folder for
-`--updates` updates plus one warm-up update that is left out of the figures, then prints a table
-and writes JSON: rollout and update env-steps/s (transitions per second of update wall time, all
-epochs included), seconds per update, and peak memory (process RSS; CUDA peak allocated on GPU).
+The config is composed and checked as the training script does (`glam.config.compose_config`:
+an unknown key, `+key` or not, or a bad value exits 1 before anything runs) and the accelerator
+is the training script's (`glam.ppo.launch.build_accelerator`: the CPU where there is no CUDA,
+or with `train.cpu=true`). It runs the real training loop (`glam.ppo.trainer.train`) in one
+process, in a temporary run folder, for `--updates` updates plus one warm-up update that is left
+out of the figures, then prints a table and writes JSON: rollout and update env-steps/s
+(transitions per second of update wall time, all epochs included), seconds per update, peak
+memory (process RSS; CUDA peak allocated on GPU), and the machine it ran on.
 """
 
 from __future__ import annotations
@@ -27,29 +31,33 @@ import tempfile
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+import transformers
 
-from glam.config import TrainingRunConfig, register_configs
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+from glam.config import ConfigError, TrainingRunConfig, compose_config
+from glam.ppo.launch import LaunchError, build_accelerator, describe
+from glam.ppo.logger import read_metrics
+from glam.ppo.trainer import train
 
 
 def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
-    """Train `updates + 1` updates of `cfg` in a temporary folder; return the measurements."""
-    import transformers
-    from accelerate import Accelerator
+    """Train `updates + 1` updates of `cfg` in a temporary folder; return the measurements.
 
-    from glam.ppo.logger import read_metrics
-    from glam.ppo.trainer import train
-
+    Raises:
+        LaunchError: the accelerator does not see the launched processes, or there are several
+            (the figures are those of one process).
+    """
     transformers.utils.logging.disable_progress_bar()
     if cfg.train.torch_threads is not None:
         torch.set_num_threads(cfg.train.torch_threads)
     cfg.train.total_frames = (updates + 1) * cfg.frames_per_update
     cfg.train.save_every = 0
     cfg.train.progress_bar = False
-    accelerator = Accelerator(cpu=cfg.train.cpu)
+    accelerator = build_accelerator(cpu=cfg.train.cpu)
+    if accelerator.num_processes > 1:
+        raise LaunchError(
+            f"bench_ppo measures one process, not {accelerator.num_processes}: run it with "
+            "`python scripts/bench_ppo.py`, not `accelerate launch`"
+        )
     with tempfile.TemporaryDirectory(prefix="glam-bench-") as folder:
         cfg.train.output_dir = folder
         train(cfg, accelerator, Path(folder))
@@ -74,6 +82,7 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
         ),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "device": str(accelerator.device),
+        "distributed": describe(accelerator),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
@@ -94,11 +103,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="write the JSON here too")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env.num_envs=8")
     args = parser.parse_args(argv)
-    register_configs()
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        raw = compose(args.config_name, overrides=args.overrides)
-    cfg: TrainingRunConfig = OmegaConf.to_object(raw)
-    result = bench(cfg, max(args.updates, 1))
+    try:
+        cfg = compose_config(args.config_name, args.overrides)
+    except ConfigError as error:
+        print(f"error: invalid configuration: {error}", file=sys.stderr)
+        return 1
+    try:
+        result = bench(cfg, max(args.updates, 1))
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     result["command"] = " ".join(["python", "scripts/bench_ppo.py", *argv])
     width = max(len(key) for key in result)
     for key, value in result.items():

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import sys
 
-from glam.bc.config import BCRunConfig, register_configs
-from glam.bc.demos import DemoDatasetError, load_demos
-from glam.config import config_main
+from glam.bc.config import BCRunConfig
+from glam.config import config_main, register_configs
+from glam.demos import DemoDatasetError, load_demos
 
 register_configs()
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sys
 
-from glam.bc.config import CollectDemosConfig, register_configs
-from glam.config import config_main
+from glam.bc.config import CollectDemosConfig
+from glam.config import config_main, register_configs
 
 register_configs()
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import sys
 
-from glam.config import config_main
-from glam.eval.config import PostTrainingTestsConfig, register_configs
+from glam.config import config_main, register_configs
+from glam.eval.config import PostTrainingTestsConfig
 
 register_configs()
 

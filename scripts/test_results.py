@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from glam.config import config_main, refuse_used_output_dir
-from glam.eval.config import ResultsTableConfig, register_configs
+from glam.config import config_main, refuse_used_output_dir, register_configs
+from glam.eval.config import ResultsTableConfig
 from glam.eval.report import SUMMARY_FILES, aggregate, find_results, write_aggregate
 
 register_configs()

@@ -23,8 +23,8 @@ as scripts/post_training_tests.py's: 0 done, 1 bad config, 2 the evaluation cann
 
 from __future__ import annotations
 
-from glam.config import config_main
-from glam.eval.config import PostTrainingTestsConfig, register_configs
+from glam.config import config_main, register_configs
+from glam.eval.config import PostTrainingTestsConfig
 
 register_configs()
 

@@ -23,8 +23,6 @@ from glam.bc.config import (
     CollectDemosConfig,
     DemosConfig,
 )
-from glam.bc.demos import DemoDatasetError, load_demos, write_demos
-from glam.bc.policy import load_bc_policy, read_bc_policy_info
 from glam.bc.sft import (
     ActionSFTTrainer,
     HeldOutActions,
@@ -36,7 +34,9 @@ from glam.bc.sft import (
     train_bc,
 )
 from glam.config import CONFIG_DIR, AdapterConfig, ConfigError, ModelConfig, compose_config
+from glam.demos import DemoDatasetError, load_demos, write_demos
 from glam.models.loading import load_model
+from glam.policy.bc_policy import load_bc_policy, read_bc_policy_info
 from glam.scoring import score_actions, tokenize_candidates
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from glam.config import (
     TrainingRunConfig,
     check_override_keys,
     compose_config,
-    register_all_configs,
+    register_configs,
     validate_config,
 )
 from glam.eval.config import PostTrainingTestsConfig
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _compose(name: str, overrides: list[str] = (), folder: Path = CONFIG_DIR):  # noqa: ANN202
     """Hydra's compose API alone, without glam's checks (what `to_object` used to get)."""
-    register_all_configs()
+    register_configs()
     with initialize_config_dir(str(folder), version_base="1.3"):
         return compose(name, overrides=list(overrides))
 

@@ -16,7 +16,7 @@ import babyai_text
 from babyai_text.levels import TASK_TYPES
 from glam.bc.bot import BotUnsupportedError, collect_bot_demos
 from glam.bc.config import DemosConfig
-from glam.bc.demos import (
+from glam.demos import (
     DEMO_FEATURES,
     DemoDatasetError,
     DemoRecord,

@@ -213,7 +213,7 @@ def test_generation_protocol_replaces_invalid_answers(tiny_folder: Path) -> None
 def test_bc_agent_scores_with_its_adapter(tiny_folder: Path, tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from glam.bc.policy import BCPolicyInfo
+    from glam.policy.bc_policy import BCPolicyInfo
 
     model, tokenizer = load_model(str(tiny_folder))
     lora = LoraConfig(

@@ -273,6 +273,28 @@ def test_policy_heads_are_fp32_under_the_launchers_bf16_autocast(head):
             torch.testing.assert_close(output.logits, logits, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("head", ["scoring", "action_heads"])
+def test_the_launchers_bf16_autocast_reaches_the_language_model(head):
+    """With `model.autocast_bf16` off, an outer autocast (Accelerate's `mixed_precision: bf16`)
+    stays in force around the language model, which then computes in bf16; the values and
+    logits stay fp32 (the heads switch autocast off for themselves)."""
+    policy = lora_policy(policy_cfg=PolicyConfig(head=head, value_hidden_sizes=[16, 16]))
+    assert not policy.model_cfg.autocast_bf16
+    candidates = CANDIDATES if head == "scoring" else None
+    seen: list[torch.dtype] = []  # output dtypes of the language model's linear layers
+    for module in policy.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda _, __, output: seen.append(output.dtype))
+    with torch.no_grad():
+        policy(PROMPTS, candidates)
+    assert seen and set(seen) == {torch.float32}  # no outer autocast: fp32 as loaded
+    seen.clear()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        output = policy(PROMPTS, candidates)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert output.values.dtype == torch.float32 and output.logits.dtype == torch.float32
+
+
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------

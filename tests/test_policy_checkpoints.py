@@ -3,6 +3,7 @@ and a missing, truncated or malformed file is one clear error that names it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -23,6 +24,7 @@ from glam.config import AdapterConfig, ModelConfig, PolicyConfig
 from glam.eval.builders import build_agent
 from glam.eval.config import AgentConfig
 from glam.policy import CheckpointError, LLMActorCritic
+from glam.policy.llm_policy import SETTINGS_BEFORE_THEIR_FIELD
 
 SMALL_HEADS = PolicyConfig(value_hidden_sizes=[16, 16])
 FULL = ModelConfig(name_or_path="tiny", lora=AdapterConfig(enabled=False))
@@ -212,3 +214,55 @@ def test_a_damaged_file_is_a_checkpoint_error_naming_it(
 def test_a_missing_folder_is_a_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match="folder does not exist"):
         LLMActorCritic.from_pretrained(tmp_path / "nowhere")
+
+
+# --------------------------------------------------------------------------------------------
+# Folders saved by older versions
+# --------------------------------------------------------------------------------------------
+
+FIRST_FORMAT_FIELDS = {
+    "policy": {
+        "head",
+        "normalization",
+        "value_hidden_sizes",
+        "value_activation",
+        "value_from_base",
+        "prompt_format",
+        "append_eos",
+    },
+    "model": {
+        "name_or_path",
+        "dtype",
+        "trust_remote_code",
+        "pretrained",
+        "lora",
+        "gradient_checkpointing",
+        "autocast_bf16",
+    },
+}
+"""The settings the first `glam_policy.json` (format 1) recorded."""
+
+
+def test_every_setting_added_since_the_first_format_says_what_older_files_meant() -> None:
+    for section, schema in (("policy", PolicyConfig), ("model", ModelConfig)):
+        added = {item.name for item in dataclasses.fields(schema)} - FIRST_FORMAT_FIELDS[section]
+        assert added == set(SETTINGS_BEFORE_THEIR_FIELD[section]), section
+
+
+def test_a_policy_saved_before_a_setting_existed_loads_as_it_was_trained(saved, tmp_path):
+    """No `temperature` in the file: the policy was trained at 1, not at today's default 5."""
+    folder = shutil.copytree(saved["full"], tmp_path / "old")
+    current = LLMActorCritic.from_pretrained(folder).eval()
+    assert current.policy_cfg.temperature == PolicyConfig().temperature == 5.0
+    meta = json.loads((folder / "glam_policy.json").read_text())
+    del meta["policy"]["temperature"], meta["model"]["disable_dropout"]
+    (folder / "glam_policy.json").write_text(json.dumps(meta))
+
+    old = LLMActorCritic.from_pretrained(folder).eval()
+    assert old.policy_cfg.temperature == 1.0
+    assert old.model_cfg.disable_dropout is False  # dropout was left on before the setting
+    prompts = ["Goal of the agent: go to the red ball\nObservation 0: a wall\nAction 0:"]
+    with torch.no_grad():
+        scores = old(prompts, [list(ACTION_WORDS)]).logits
+        tempered = current(prompts, [list(ACTION_WORDS)]).logits
+    torch.testing.assert_close(scores, 5.0 * tempered)

@@ -1,11 +1,13 @@
 """Behavioural cloning: bot demonstrations as a Hugging Face dataset, and SFT of the LLM with TRL.
 
-- `glam.bc.demos`: the dataset schema, `DemoWriter` / `write_demos` (also for PPO rollouts) and
-  `load_demos`;
 - `glam.bc.bot`: BabyAI's bot rolled through BabyAI-Text (`scripts/collect_bot_demos.py`);
 - `glam.bc.sft`: fine-tuning with TRL's SFTTrainer (`scripts/clm_behavioral_cloning.py`);
-- `glam.bc.policy`: the saved policy folder and `load_bc_policy`, the evaluation harness's `bc`
-  agent.
+- `glam.bc.episodes`: the greedy success rate it reports, played by the evaluation harness.
+
+What other packages share is defined below this one and re-exported here: the dataset schema,
+`DemoWriter` / `write_demos` and `load_demos` (`glam.demos`, which the PPO trainer writes its
+rollouts with), and the saved policy folder with `load_bc_policy`, the evaluation harness's `bc`
+agent (`glam.policy.bc_policy`).
 
 `glam.bc.sft` (which imports TRL) is not imported here, so that writing or reading
 demonstrations stays cheap.
@@ -13,7 +15,7 @@ demonstrations stays cheap.
 
 from __future__ import annotations
 
-from glam.bc.demos import (
+from glam.demos import (
     DEMO_FEATURES,
     DemoDatasetError,
     DemoRecord,
@@ -21,7 +23,7 @@ from glam.bc.demos import (
     load_demos,
     write_demos,
 )
-from glam.bc.policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
+from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 
 __all__ = [
     "DEMO_FEATURES",

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 import babyai_text
 from glam.bc.config import BOT_UNSUPPORTED_LEVELS, DemosConfig
-from glam.bc.demos import DemoRecord, DemoWriter
+from glam.demos import DemoRecord, DemoWriter
 from glam.models.loading import load_model
 from glam.policy.prompts import PromptHistory
 

@@ -1,16 +1,15 @@
 """Typed configuration of behavioural cloning: collecting bot demonstrations, and the SFT run.
 
 The two scripts read these through Hydra (`configs/demos/collect.yaml`, `configs/bc/train.yaml`);
-the schemas are registered with Hydra's ConfigStore so that a misspelt key fails at start-up.
+the schemas are registered with Hydra's ConfigStore (`glam.config.register_configs`) so that a
+misspelt key fails at start-up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
-
-from glam.config import ModelConfig
+from glam.config import ModelConfig, hydra_schema
 
 BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
     {
@@ -78,6 +77,7 @@ class DemosConfig:
             raise ValueError(f"demos.min_bot_success must be in [0, 1], got {self.min_bot_success}")
 
 
+@hydra_schema("collect_demos_schema")
 @dataclass
 class CollectDemosConfig:
     """Top level of `scripts/collect_bot_demos.py`."""
@@ -172,6 +172,7 @@ class BCConfig:
                 _check_positive(f"bc.{name}", value)
 
 
+@hydra_schema("bc_schema")
 @dataclass
 class BCRunConfig:
     """Top level of `scripts/clm_behavioral_cloning.py`."""
@@ -180,10 +181,3 @@ class BCRunConfig:
     """Base model, dtype and LoRA settings (`model.lora.enabled=false`: full fine-tune)."""
     bc: BCConfig = field(default_factory=BCConfig)
     """Data, optimisation, evaluation and output of the SFT run."""
-
-
-def register_configs() -> None:
-    """Register the schemas under the names the YAML presets put in their defaults lists."""
-    store = ConfigStore.instance()
-    store.store(name="collect_demos_schema", node=CollectDemosConfig)
-    store.store(name="bc_schema", node=BCRunConfig)

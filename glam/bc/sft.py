@@ -32,11 +32,12 @@ from trl import SFTConfig, SFTTrainer
 
 from babyai_text.actions import ActionSpace, get_action_space
 from glam.bc.config import BCRunConfig
-from glam.bc.demos import DemoDatasetError, demo_metadata, load_demos
-from glam.bc.policy import BC_OUTPUT_FILES, BC_POLICY_FILE, BCPolicyInfo
+from glam.bc.episodes import greedy_success_rate
 from glam.config import refuse_used_output_dir
+from glam.demos import DemoDatasetError, demo_metadata, load_demos
 from glam.models.loading import load_model
 from glam.policy.adapters import apply_lora
+from glam.policy.bc_policy import BC_OUTPUT_FILES, BC_POLICY_FILE, BCPolicyInfo
 from glam.scoring import score_actions, tokenize_candidates
 
 __all__ = [
@@ -415,8 +416,6 @@ def _success_rate(
     collected_with: dict[str, Any],
     space: ActionSpace,
 ) -> dict[str, float]:
-    from glam.bc.episodes import greedy_success_rate
-
     bc = run.bc
     with Progress(disable=not bc.progress, transient=True) as bar:
         task = bar.add_task("greedy episodes", total=bc.success_episodes)

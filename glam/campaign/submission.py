@@ -16,6 +16,8 @@ from pathlib import Path
 
 from glam.campaign.config import REPO_ROOT, CampaignError, load_campaign
 from glam.campaign.jobs import Job, plan_jobs
+from glam.config import ConfigError, TrainingRunConfig, compose_config
+from glam.eval.config import PostTrainingTestsConfig
 
 
 def check_jobs(jobs: Sequence[Job]) -> list[str]:
@@ -25,9 +27,6 @@ def check_jobs(jobs: Sequence[Job]) -> list[str]:
     schema of the script the job runs: unknown keys (a misspelt grid key), an unknown preset,
     and values that fail a check are all found here, before any job is submitted.
     """
-    from glam.config import ConfigError, TrainingRunConfig, compose_config
-    from glam.eval.config import PostTrainingTestsConfig
-
     schemas = {"train": TrainingRunConfig, "eval": PostTrainingTestsConfig}
     labels_by_error: dict[str, list[str]] = {}
     for job in jobs:

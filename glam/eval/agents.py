@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from minigrid.utils.baby_ai_bot import BabyAIBot
 from transformers import PreTrainedTokenizerBase
 
 from glam.policy.prompts import PromptHistory
@@ -151,8 +152,6 @@ class BotAgent(Agent):
         self._last_action: dict[int, int | None] = {}
 
     def act(self, request: ActRequest) -> list[Decision]:
-        from minigrid.utils.baby_ai_bot import BabyAIBot
-
         decisions = []
         for slot, env, new_episode in zip(
             request.slots, request.envs, request.new_episode, strict=True

@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from glam.eval.agents import Agent, BotAgent, FormattedHistory, History, RandomAgent, ScoringAgent
-from glam.eval.config import AgentConfig
+from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig
+from glam.eval.generation import GenerationAgent
+from glam.models.loading import DTYPES, load_model
+from glam.policy.bc_policy import load_bc_policy, read_bc_policy_info
+from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
+from glam.ppo.checkpoint import policy_dir
+from glam.scoring import score_candidates
 
 __all__ = ["agent_label", "build_agent", "resolve_device"]
 
@@ -62,17 +69,12 @@ def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
 
 
 def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
-    from glam.policy.llm_policy import LLMActorCritic
-    from glam.ppo.checkpoint import policy_dir
-
     path = Path(cfg.path)
     if not path.exists():
         raise FileNotFoundError(f"agent.path={cfg.path!r} does not exist (checkpoint expected)")
     folder = path if _is_saved_policy(path) else policy_dir(path)
     if not _is_saved_policy(folder):
         raise FileNotFoundError(f"{folder} holds no saved policy (LLMActorCritic.save_pretrained)")
-    from glam.models.loading import DTYPES
-
     policy = LLMActorCritic.from_pretrained(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
     if cfg.dtype != "float32":
@@ -124,8 +126,6 @@ def _training_env(
     run_config = policy_folder.parent / "config.yaml"
     from_run: dict | None = None
     if run_config.is_file():
-        from omegaconf import OmegaConf
-
         env = OmegaConf.load(run_config).get("env") or {}
         from_run = {key: env.get(key) for key in TRAINING_ENV_KEYS if env.get(key) is not None}
     if recorded is not None:
@@ -141,8 +141,6 @@ def _training_env(
         return own["nbr_obs"], own["action_space"]
     if from_run is not None:
         return from_run.get("nbr_obs"), from_run.get("action_space")
-    from glam.eval.harness import DEFAULT_NBR_OBS
-
     warnings.warn(
         f"{policy_folder} does not record the env it was trained on (a policy saved before "
         f"glam_policy.json held it, with no config.yaml beside it): assuming "
@@ -154,19 +152,13 @@ def _training_env(
 
 
 def _is_saved_policy(path: Path) -> bool:
-    from glam.policy.llm_policy import CONFIG_FILE
-
     return (path / CONFIG_FILE).is_file()
 
 
 def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
-    from glam.scoring import score_candidates
-
     prompt_format, normalization = cfg.prompt_format, cfg.normalization
     trained: tuple[int | None, str | None] = (None, None)
     if cfg.kind == "bc":
-        from glam.bc.policy import load_bc_policy, read_bc_policy_info
-
         if not Path(cfg.path).is_dir():
             raise FileNotFoundError(f"agent.path={cfg.path!r} is not a folder (BC policy expected)")
         info = read_bc_policy_info(cfg.path)
@@ -175,15 +167,11 @@ def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         prompt_format, normalization = info.prompt_format, info.normalization
         trained = (info.nbr_obs, info.action_space)
     else:
-        from glam.models.loading import load_model
-
         model, tokenizer = load_model(cfg.model, dtype=cfg.dtype)
     model.to(resolve_device(cfg.device)).eval()
     name = agent_label(cfg)
 
     if cfg.protocol == "generation":
-        from glam.eval.generation import GenerationAgent
-
         agent: Agent = GenerationAgent(
             name, model, tokenizer, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size
         )

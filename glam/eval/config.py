@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
-
-from glam.models.loading import DEFAULT_MODEL
+from glam.config import DEFAULT_MODEL, hydra_schema
 
 __all__ = [
     "AGENT_KINDS",
@@ -18,7 +16,6 @@ __all__ = [
     "EvalConfig",
     "PostTrainingTestsConfig",
     "ResultsTableConfig",
-    "register_configs",
 ]
 
 AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot")
@@ -31,6 +28,8 @@ SEED_BASE = 10**12
 `1e9 * seed + i`, which its training seeds `100 * seed + i` could reach.)"""
 SEEDS_PER_RUN = 10**6
 """Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
+DEFAULT_NBR_OBS = 3
+"""Observations per prompt when neither the config nor the agent says (GLAM's)."""
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -107,7 +106,7 @@ class EvalConfig:
     """Evaluation seed; episodes use seeds from `10**12 + seed * 10**6` on (never training's)."""
     nbr_obs: int | None = None
     """Observations kept in the prompt (with the actions between them); None: the agent's own
-    (a checkpoint's `env.nbr_obs`, a BC folder's), else 3."""
+    (a checkpoint's `env.nbr_obs`, a BC folder's), else `DEFAULT_NBR_OBS` (3)."""
     action_space: str | None = None
     """Action space of the suites that keep it; None: the one the agent was trained with (a
     checkpoint's `env.action_space`, a BC folder's), else the level's default."""
@@ -155,6 +154,7 @@ class EvalConfig:
         return SEED_BASE + self.seed * SEEDS_PER_RUN
 
 
+@hydra_schema("post_training_tests_schema")
 @dataclass
 class PostTrainingTestsConfig:
     """Root of `scripts/post_training_tests.py` and `scripts/zero_shot_generation.py`."""
@@ -163,6 +163,7 @@ class PostTrainingTestsConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
+@hydra_schema("test_results_schema")
 @dataclass
 class ResultsTableConfig:
     """Root of `scripts/test_results.py`: which results to aggregate and where to write."""
@@ -185,10 +186,3 @@ class ResultsTableConfig:
                 "inputs is empty: give results.json files or folders, e.g. "
                 "'inputs=[runs/a/eval,runs/b/eval]'"
             )
-
-
-def register_configs() -> None:
-    """Register the schemas with Hydra; the YAML presets name them in their defaults list."""
-    store = ConfigStore.instance()
-    store.store(name="post_training_tests_schema", node=PostTrainingTestsConfig)
-    store.store(name="test_results_schema", node=ResultsTableConfig)

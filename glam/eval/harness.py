@@ -9,22 +9,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import babyai_text
 from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
 from glam.eval.builders import agent_label, build_agent
-from glam.eval.config import PostTrainingTestsConfig
+from glam.eval.config import DEFAULT_NBR_OBS, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, run_suite, task_families
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import Suite, get_suites
 
 __all__ = ["RESULT_FILES", "evaluate", "run_tests"]
-
-
-DEFAULT_NBR_OBS = 3
-"""Observations per prompt when neither the config nor the agent says (GLAM's)."""
 
 
 def resolve_settings(agent: Agent, cfg: PostTrainingTestsConfig) -> tuple[int, str | None]:
@@ -109,8 +106,6 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
     get_suites(cfg.eval.suites)  # unknown suite names fail here, before anything is loaded
     _check_levels(cfg)
     if cfg.eval.torch_threads:
-        import torch
-
         torch.set_num_threads(cfg.eval.torch_threads)
     start = time.perf_counter()
     agent = build_agent(cfg.agent, greedy=cfg.eval.greedy)

@@ -138,6 +138,8 @@ def _bar_chart(
     ylabel: str,
 ) -> None:
     """Grouped bars: `series[label][i]` = (value, error below, error above) of `groups[i]`."""
+    # Imported here: pyplot takes about a second to load and only the charts need it, and the
+    # file-only Agg backend must be chosen before pyplot is first imported.
     import matplotlib
 
     matplotlib.use("Agg")

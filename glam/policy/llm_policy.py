@@ -45,6 +45,22 @@ CONFIG_FILE = "glam_policy.json"
 HEADS_FILE = "heads.safetensors"
 FORMAT_VERSION = 1
 
+SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
+    "policy": {
+        # Added with 1 as its default; the policy was the softmax of the raw scores before.
+        "temperature": 1.0,
+    },
+    "model": {
+        # Added with True as its default; the base model's dropout was left on before.
+        "disable_dropout": False,
+    },
+}
+"""`PolicyConfig` and `ModelConfig` fields added after the first `glam_policy.json` of this
+format, with the value a policy saved before the field existed was trained with. A field missing
+from a saved file takes this value, not today's dataclass default, which may differ
+(`temperature` is now 5, the default preset's): a folder loads as the policy that was saved.
+A new field of either dataclass gets its entry here."""
+
 
 @dataclass
 class PolicyOutput:
@@ -166,9 +182,16 @@ class LLMActorCritic(nn.Module):
     # ----------------------------------------------------------------------------------------
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        enabled = bool(self.model_cfg and self.model_cfg.autocast_bf16)
+        """bf16 autocast around the language model when `model.autocast_bf16` asks for it.
+
+        Otherwise the autocast state is left as the caller set it: an `enabled=False` here would
+        switch off an outer autocast too (Accelerate's under `mixed_precision: bf16`), and the
+        language model would silently run in fp32. The heads run in fp32 either way (`run_fp32`).
+        """
+        if not (self.model_cfg and self.model_cfg.autocast_bf16):
+            return contextlib.nullcontext()
         device_type = unwrap_model(self.model).device.type
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
 
     def _check_action_candidates(
         self, prompts: Sequence[str], candidates: Sequence[Sequence[str]]
@@ -319,7 +342,7 @@ class LLMActorCritic(nn.Module):
         meta = _read_meta(path / CONFIG_FILE)
         try:
             model_cfg = _model_config(meta["model"], trust_remote_code) if meta["model"] else None
-            policy_cfg = PolicyConfig(**meta["policy"])
+            policy_cfg = PolicyConfig(**{**SETTINGS_BEFORE_THEIR_FIELD["policy"], **meta["policy"]})
         except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{path / CONFIG_FILE}: malformed settings: {error}") from None
         weights, dtype = meta["weights"], meta["dtype"]
@@ -533,6 +556,7 @@ def _model_config(data: dict, trust_remote_code: bool) -> ModelConfig:
     # A `trust_remote_code` recorded by older versions is dropped: the caller decides.
     return ModelConfig(
         **{
+            **SETTINGS_BEFORE_THEIR_FIELD["model"],
             **data,
             "lora": AdapterConfig(**data["lora"]),
             "trust_remote_code": trust_remote_code,

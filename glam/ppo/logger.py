@@ -17,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from torch.utils.tensorboard import SummaryWriter
 
 METRICS_CSV = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
@@ -51,13 +52,11 @@ class MetricsLogger:
             return
         if resume_update is not None and self.csv_path.is_file():
             self._columns = _truncate_csv(self.csv_path, resume_update)
-        from torch.utils.tensorboard import SummaryWriter
-
         purge_step = None if resume_frames is None else resume_frames + 1
         self._writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR), purge_step=purge_step)
         if wandb_project is not None:
             try:
-                import wandb
+                import wandb  # an optional extra, imported only when asked for
             except ImportError as error:
                 raise ImportError(
                     "train.wandb=true needs wandb: pip install 'glam[wandb]'"

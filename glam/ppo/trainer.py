@@ -22,8 +22,9 @@ from accelerate.utils import DistributedType, set_seed
 from omegaconf import OmegaConf
 
 from glam.config import PPOConfig, TrainingRunConfig
-from glam.models.loading import prepare_model_cache
-from glam.policy.llm_policy import PolicyOutput
+from glam.demos import write_demos
+from glam.models.loading import ModelNotFoundError, prepare_model_cache
+from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.checkpoint import (
     TrainerState,
@@ -401,8 +402,6 @@ class Training:
         return checkpoint
 
     def _save_rollouts(self) -> None:
-        from glam.bc.demos import write_demos
-
         records = self.runner.pop_records()
         if not records:
             return
@@ -543,9 +542,6 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
 
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
     """The actor-critic of the config; with a checkpoint, its trained adapter and heads."""
-    from glam.models.loading import ModelNotFoundError
-    from glam.policy.llm_policy import CheckpointError, LLMActorCritic
-
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
     except ValueError as error:

@@ -1,5 +1,7 @@
 """The saved behavioural-cloning policy: a folder the evaluation harness loads as the `bc` agent.
 
+`glam.bc.sft` writes it, `glam.eval` reads it; it lives here, below both.
+
 A BC folder holds
 
 - the LoRA adapter in peft's format (`adapter_config.json`, `adapter_model.safetensors`), or the
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.models.loading import load_model
+from glam.policy.adapters import quiet_peft
 
 __all__ = [
     "BC_OUTPUT_FILES",
@@ -124,10 +128,6 @@ def load_bc_policy(
     if not info.adapter:
         model, _ = load_model(str(folder), dtype=dtype)
     else:
-        from peft import PeftModel
-
-        from glam.policy.adapters import quiet_peft
-
         base, _ = load_model(base_model or info.base_model, dtype=dtype)
         with quiet_peft():
             model = PeftModel.from_pretrained(base, str(folder))

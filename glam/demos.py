@@ -1,0 +1,281 @@
+"""Demonstrations as a Hugging Face dataset: the schema, a crash-safe writer and a checked loader.
+
+One row is one decision: the prompt the policy saw (in its exact format), the action taken, and
+where it came from. The bot collector (`glam.bc.bot`) and the PPO trainer (its own rollouts) both
+write through :class:`DemoWriter` / :func:`write_demos`, and behavioural cloning (`glam.bc.sft`)
+reads them with :func:`load_demos`, so the schema lives here only, below both `glam.ppo` and
+`glam.bc`:
+
+>>> with DemoWriter("data/demos/mine", metadata={"level": "BabyAI-GoToLocal-v0"}) as writer:
+...     writer.add(DemoRecord(prompt=..., action="turn left", action_index=0, ...))  # doctest: +SKIP
+>>> dataset = load_demos("data/demos/mine")  # doctest: +SKIP
+
+The folder is written by `Dataset.save_to_disk` into a temporary sibling and renamed into place,
+so an interrupted run never leaves a half-written dataset that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from datasets import (
+    Dataset,
+    DatasetDict,
+    DatasetInfo,
+    Features,
+    Value,
+    concatenate_datasets,
+    load_from_disk,
+)
+
+__all__ = [
+    "DEMO_FEATURES",
+    "REQUIRED_COLUMNS",
+    "DemoDatasetError",
+    "DemoRecord",
+    "DemoWriter",
+    "demo_metadata",
+    "load_demos",
+    "write_demos",
+]
+
+
+@dataclass(frozen=True)
+class DemoRecord:
+    """One (prompt, action) decision of an episode."""
+
+    prompt: str
+    """The policy's prompt at this step, exactly as the scorer reads it (ends with `Action k:`)."""
+    action: str
+    """The action word taken (without the leading space the scorer adds)."""
+    action_index: int
+    """Index of `action` in the action space's words."""
+    action_space: str
+    """Name of the action space (`babyai_text.actions.ACTION_SPACES`)."""
+    mission: str
+    """The episode's mission, in the env's language."""
+    task_type: str | None
+    """Task type of the episode (`goto`, `pickup`, ...), None when unknown."""
+    level: str
+    """BabyAI level id."""
+    episode: int
+    """Episode id, unique within the dataset."""
+    seed: int
+    """Seed the episode's env was reset with."""
+    step: int
+    """Step of the decision within its episode (0 first)."""
+    success: bool
+    """Whether the episode ended in success."""
+    source: str = "bot"
+    """Who acted: `bot` (BabyAI's bot) or a policy's name (`ppo`, ...)."""
+
+
+DEMO_FEATURES = Features(
+    {
+        "prompt": Value("string"),
+        "action": Value("string"),
+        "action_index": Value("int32"),
+        "action_space": Value("string"),
+        "mission": Value("string"),
+        "task_type": Value("string"),
+        "level": Value("string"),
+        "episode": Value("int64"),
+        "seed": Value("int64"),
+        "step": Value("int32"),
+        "success": Value("bool"),
+        "source": Value("string"),
+    }
+)
+"""Column types of a demonstrations dataset, in :class:`DemoRecord` order."""
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "action")
+"""Columns behavioural cloning cannot do without; the others are bookkeeping."""
+
+assert tuple(DEMO_FEATURES) == tuple(f.name for f in fields(DemoRecord))
+
+
+class DemoDatasetError(ValueError):
+    """A demonstrations folder is missing, empty, not a dataset, or lacks a required column."""
+
+
+def demo_metadata(dataset: Dataset) -> dict[str, Any]:
+    """The metadata dict a dataset was written with (collection settings), or `{}`."""
+    try:
+        return json.loads(dataset.info.description or "{}")
+    except json.JSONDecodeError:
+        return {}
+
+
+def _to_row(record: DemoRecord | Mapping[str, Any]) -> dict[str, Any]:
+    row = asdict(record) if isinstance(record, DemoRecord) else dict(record)
+    missing = [name for name in DEMO_FEATURES if name not in row and name != "source"]
+    if missing:
+        raise ValueError(f"demonstration row lacks {missing}; a row needs {list(DEMO_FEATURES)}")
+    row.setdefault("source", "bot")
+    unknown = sorted(set(row) - set(DEMO_FEATURES))
+    if unknown:
+        raise ValueError(f"demonstration row has unknown fields {unknown}")
+    return row
+
+
+def write_demos(
+    records: Iterable[DemoRecord | Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Dataset:
+    """Save demonstrations as a dataset folder, atomically; return the dataset.
+
+    Args:
+        records: :class:`DemoRecord` objects, or mappings with the same keys.
+        path: the dataset folder to create.
+        metadata: JSON-serialisable collection settings, kept in the dataset's description.
+        overwrite: replace an existing folder (otherwise an existing folder is an error).
+
+    Raises:
+        ValueError: no records, or a record with missing or unknown fields.
+        FileExistsError: `path` exists and `overwrite` is false.
+    """
+    path = Path(path)
+    rows = [_to_row(record) for record in records]
+    if not rows:
+        raise ValueError(f"no demonstrations to write to {path}")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; remove it or allow overwriting it")
+    columns = {name: [row[name] for row in rows] for name in DEMO_FEATURES}
+    info = DatasetInfo(
+        description=json.dumps(dict(metadata or {}), sort_keys=True), features=DEMO_FEATURES
+    )
+    dataset = Dataset.from_dict(columns, features=DEMO_FEATURES, info=info)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
+    old = path.parent / f"{tmp.name}.old"
+    try:
+        dataset.save_to_disk(str(tmp))
+        if path.exists():
+            path.rename(old)  # keep the old copy until the new one is in place
+        tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return load_from_disk(str(path))
+
+
+class DemoWriter:
+    """Collects demonstration rows and saves them atomically when closed.
+
+    Used as a context manager, it saves on a clean exit and writes nothing if the block raises,
+    so a crash leaves either no folder or the previous complete one.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.metadata = dict(metadata or {})
+        self.overwrite = overwrite
+        if self.path.exists() and not overwrite:
+            # Fail before the (long) collection, not after it.
+            raise FileExistsError(
+                f"demos.output_dir={str(self.path)!r} already exists: pass demos.overwrite=true "
+                "to replace it, or choose another demos.output_dir"
+            )
+        self.rows: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, record: DemoRecord | Mapping[str, Any]) -> None:
+        """Append one decision."""
+        self.rows.append(_to_row(record))
+
+    def extend(self, records: Iterable[DemoRecord | Mapping[str, Any]]) -> None:
+        """Append several decisions (e.g. a finished episode)."""
+        self.rows.extend(_to_row(record) for record in records)
+
+    def save(self) -> Dataset:
+        """Write the rows collected so far; return the saved dataset."""
+        return write_demos(self.rows, self.path, metadata=self.metadata, overwrite=self.overwrite)
+
+    def __enter__(self) -> DemoWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if exc_type is None:
+            self.save()
+
+
+def load_demos(
+    path: str | os.PathLike[str], *, required: Iterable[str] = REQUIRED_COLUMNS
+) -> Dataset:
+    """Load a demonstrations folder, checking that it is a non-empty dataset with `required`.
+
+    A folder of datasets (a PPO run's `rollouts/`, written in parts with each checkpoint) is
+    loaded as their concatenation, in path order, with the first part's metadata.
+
+    Raises:
+        DemoDatasetError: with a message that says what is wrong and how to make a good one.
+    """
+    path = Path(path)
+    hint = "collect one with `python scripts/collect_bot_demos.py demos.output_dir=...`"
+    if not path.is_dir():
+        raise DemoDatasetError(f"no demonstrations folder at {path}; {hint}")
+    if not any(path.iterdir()):
+        raise DemoDatasetError(f"demonstrations folder {path} is empty; {hint}")
+    parts = _dataset_parts(path)
+    if parts:
+        datasets = [load_demos(part, required=required) for part in parts]
+        merged = concatenate_datasets(datasets)
+        merged.info.description = datasets[0].info.description
+        return merged
+    if _saved_without_rows(path):  # `load_from_disk` fails on it with a bare IndexError
+        raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
+    try:
+        dataset = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError, json.JSONDecodeError) as error:
+        raise DemoDatasetError(
+            f"{path} is not a dataset saved with `Dataset.save_to_disk` ({error}); {hint}"
+        ) from None
+    if isinstance(dataset, DatasetDict):
+        raise DemoDatasetError(
+            f"{path} holds a DatasetDict with splits {list(dataset)}; expected one Dataset "
+            "(the split into train and eval is made at training time)"
+        )
+    missing = [name for name in required if name not in dataset.column_names]
+    if missing:
+        raise DemoDatasetError(
+            f"demonstrations dataset {path} lacks the column(s) {missing}; it has "
+            f"{dataset.column_names}, and behavioural cloning needs {list(required)}"
+        )
+    if len(dataset) == 0:
+        raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
+    return dataset
+
+
+def _dataset_parts(path: Path) -> list[Path]:
+    """Dataset folders below `path` when `path` itself is not one (none otherwise)."""
+    if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
+        return []
+    return sorted(info.parent for info in path.rglob("dataset_info.json"))
+
+
+def _saved_without_rows(path: Path) -> bool:
+    state = path / "state.json"
+    try:
+        return state.is_file() and json.loads(state.read_text()).get("_data_files") == []
+    except json.JSONDecodeError:
+        return False
