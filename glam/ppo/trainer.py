@@ -737,10 +737,15 @@ def _raise_if_diverged(accelerator: Accelerator, bad: bool) -> None:
 
 
 def _summary_line(state: TrainerState, num_updates: int, metrics: dict[str, float]) -> str:
+    if metrics["charts/episodes"]:
+        episodes = (
+            f"success {metrics['charts/success_rate']:.2f}  "
+            f"return {metrics['charts/episode_return']:.2f}  "
+        )
+    else:
+        episodes = "no episode ended in this rollout  "
     return (
-        f"update {state.update}/{num_updates}  frames {state.frames}  "
-        f"success {metrics['charts/success_rate']:.2f}  "
-        f"return {metrics['charts/episode_return']:.2f}  "
+        f"update {state.update}/{num_updates}  frames {state.frames}  {episodes}"
         f"policy {metrics['losses/policy']:+.4f}  value {metrics['losses/value']:.4f}  "
         f"entropy {metrics['losses/entropy']:.3f}  kl {metrics['losses/approx_kl']:.4f}  "
         f"rollout {metrics['charts/rollout_fps']:.0f} fps  update {metrics['charts/update_fps']:.0f} fps"
