@@ -15,11 +15,14 @@
         agent.path=runs/bc/gotolocal eval.seed=1 eval.output_dir=runs/bc/gotolocal/eval/seed-1
     python scripts/test_results.py 'inputs=[runs/glam_paper]'
 
-Writes results.json (per suite: success_rate, ci_low, ci_high, mean_return, mean_length,
-episodes, and the same per task type, plus the agent and eval settings), results.csv,
-results.md, results.png and episodes.jsonl to `eval.output_dir`; a folder that already holds
-results is refused unless `eval.overwrite=true`. Options: configs/eval/post_training_tests.yaml
-and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an
+Writes results.json (per suite: the level, action space, prompt format and language it played,
+success_rate, ci_low, ci_high, mean_return, mean_length, episodes, and the same per task type,
+plus the agent and eval settings), results.csv, results.md, results.png and episodes.jsonl to
+`eval.output_dir`. A suite that cannot apply to the agent (its actions cannot complete the
+suite's level, the suite has no word for one of them, the level never teaches what the suite
+composes) plays nothing: its row says "not applicable" and why, and no chart or mean counts
+it. A folder that already holds results is refused unless `eval.overwrite=true`. Options:
+configs/eval/post_training_tests.yaml and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an
 invalid value), 2 the evaluation cannot start (missing checkpoint, unknown suite or level,
 `eval.output_dir` holding results).
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.episodes import run_suite
 from glam.eval.generation import BalrogHistory, parse_action
 from glam.eval.harness import evaluate
-from glam.eval.report import aggregate, write_aggregate
+from glam.eval.report import aggregate, excluded_suites, write_aggregate
 from glam.eval.stats import summarize, wilson_interval
 from glam.eval.suites import SUITES
 
@@ -97,6 +98,16 @@ def test_the_bot_solves_the_renamed_actions_and_new_composition() -> None:
         )
 
 
+def test_the_bot_plays_the_same_episodes_in_french() -> None:
+    """The bot reads the grid: in French it meets the same rooms, so it plays the same moves."""
+
+    def outcomes(suite: str) -> list[tuple]:
+        run = _run(BotAgent(), episodes=12, num_envs=4, suite=suite)
+        return [(e.seed, e.task_type, e.success, e.length, e.episode_return) for e in run.episodes]
+
+    assert outcomes("french") == outcomes("no_change")
+
+
 def test_wilson_interval_known_values() -> None:
     low, high = wilson_interval(0, 10)
     assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)
@@ -145,9 +156,87 @@ def test_evaluate_writes_every_report(tmp_path) -> None:
     assert sum(t["episodes"] for t in record["per_task_type"].values()) == 5
     assert on_disk["suites"]["no_change"]["rewritten_prompt_fraction"] == 0.0
     assert "| adj_synonyms |" in paths["md"].read_text()
-    assert paths["csv"].read_text().startswith("label,suite,level,task_type,success_rate")
+    assert (
+        paths["csv"]
+        .read_text()
+        .startswith("label,suite,level,action_space,prompt_format,language,task_type,success_rate")
+    )
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
     assert len(paths["episodes"].read_text().splitlines()) == 10
+
+
+def test_rows_say_what_ran_and_a_suite_that_cannot_apply_is_left_out(tmp_path, monkeypatch) -> None:
+    """The issue's case: a navigation agent on GoToLocalS6N2. Every row names its level, action
+    space, prompt format and language; new_composition is "not applicable" with its reason, and
+    no chart, mean or aggregated table counts it."""
+    import glam.eval.report as report
+
+    charted: list[list[str]] = []
+    monkeypatch.setattr(
+        report, "_bar_chart", lambda path, title, groups, *args: charted.append(list(groups))
+    )
+    level = "BabyAI-GoToLocalS6N2-v0"
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="random"),
+        eval=EvalConfig(
+            level=level,
+            action_space="nav",
+            suites=["no_change", "french", "renamed_actions", "new_composition"],
+            episodes=4,
+            num_envs=4,
+            max_steps=5,
+            output_dir=str(tmp_path / "eval"),
+            progress_bar=False,
+        ),
+    )
+    results, paths = evaluate(cfg)
+    suites = json.loads(paths["json"].read_text())["suites"]
+    setups = {
+        name: tuple(record[k] for k in ("level", "action_space", "prompt_format", "language"))
+        for name, record in suites.items()
+    }
+    assert setups == {
+        "no_change": (level, "nav", "none", "en"),
+        "french": (level, "french[nav]", "none", "fr"),
+        "renamed_actions": (level, "renamed[nav]", "none", "en"),
+        "new_composition": ("BabyAI-PickUpSeqPickUpLocal-v0", "nav", "none", "en"),
+    }
+    assert suites["french"]["action_words"] == ["tourner à gauche", "tourner à droite", "avancer"]
+    skipped = suites["new_composition"]
+    assert skipped["status"] == "not applicable" and "success_rate" not in skipped
+    assert "without 'pick up', 'drop'" in skipped["reason"]
+    assert all(
+        suites[s]["status"] == "ran" and suites[s]["episodes"] == 4
+        for s in setups
+        if s != "new_composition"
+    )
+    lines = paths["episodes"].read_text().splitlines()
+    assert len(lines) == 12 and not any('"new_composition"' in line for line in lines)
+    # Markdown and CSV: a row saying so, with the reason; the chart: no bar.
+    markdown = paths["md"].read_text()
+    assert (
+        "| new_composition | BabyAI-PickUpSeqPickUpLocal-v0 | nav | none | en | not applicable |"
+        in markdown
+    )
+    assert skipped["reason"] in markdown
+    assert f"| french | {level} | french[nav] | none | fr | " in markdown
+    with paths["csv"].open() as handle:
+        (csv_skipped,) = [r for r in csv.DictReader(handle) if r["suite"] == "new_composition"]
+    assert csv_skipped["status"] == "not applicable" and csv_skipped["success_rate"] == ""
+    assert csv_skipped["reason"] == skipped["reason"] and csv_skipped["action_space"] == "nav"
+    assert charted == [["no_change", "french", "renamed_actions"]]
+    # Aggregated over runs: not in the table, the means or the chart; listed with its reason.
+    rows = aggregate([results])
+    assert {row.suite for row in rows} == {"no_change", "french", "renamed_actions"}
+    excluded = excluded_suites([results])
+    assert excluded == {(results["label"], "new_composition"): skipped["reason"]}
+    summary = write_aggregate(
+        tmp_path / "sum", rows, baseline="no_change", title="t", excluded=excluded
+    )
+    text = summary["md"].read_text()
+    assert "| new_composition |" not in text and skipped["reason"] in text
+    assert "new_composition" not in summary["csv"].read_text()
+    assert charted[-1] == ["no_change", "french", "renamed_actions"]
 
 
 def test_unknown_level_or_missing_bc_fail_before_any_episode(tmp_path) -> None:

@@ -1,5 +1,8 @@
 """Play exactly N seeded evaluation episodes of one suite, batched over many envs.
 
+What the suite plays (level, action words, language) is `glam.eval.suites.plan_suite`'s; a
+suite that is not applicable to the agent plays no episode and says why.
+
 Episode k (k = 0 .. N-1) is reset with seed `seed_base + k`, whichever env slot plays it, and
 its sampling RNG is seeded from that seed too; so an episode's outcome depends only on its seed
 and the agent, not on `num_envs` or on which slot freed up first. Slots with no episode left to
@@ -15,16 +18,22 @@ from typing import Any
 import numpy as np
 
 import babyai_text
-from babyai_text.actions import reworded
-from glam.eval.agents import ActRequest, Agent, History
+from glam.eval.agents import ActRequest, Agent, BotAgent, History, RandomAgent
+from glam.eval.generation import BalrogHistory
 from glam.eval.stats import EpisodeResult
-from glam.eval.suites import Suite
+from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
 
-TASK_FAMILIES = {"goto_after_pickup": "pickup_then_goto"}
-"""Task types reported together: "go to Y after you pick up X" is "pick up X, then go to Y" in
-its other phrasing, so MixedTrainLocal reports the paper's (and BALROG's) five task types."""
+__all__ = [
+    "PROBE_SEEDS",
+    "TASK_FAMILIES",
+    "SuiteRun",
+    "plan_for",
+    "prompt_format_of",
+    "run_suite",
+]
 
-__all__ = ["SuiteRun", "run_suite"]
+PROBE_SEEDS = 20
+"""First seeds of a suite whose missions `plan_suite` checks before any episode is played."""
 
 
 @dataclass
@@ -44,10 +53,10 @@ class _Slot:
 
 @dataclass
 class SuiteRun:
-    """Episodes of one suite, and how often the rewrite changed the prompt."""
+    """Episodes of one suite, what it played, and how often the rewrite changed the prompt."""
 
-    suite: Suite
-    level: str
+    plan: SuitePlan
+    """Level, action words, language and prompt format played; or why the suite was not."""
     episodes: list[EpisodeResult]
     prompts_seen: int = 0
     """Prompts built (one per step)."""
@@ -55,6 +64,38 @@ class SuiteRun:
     """Prompts the suite's rewrite changed."""
     example_prompt: str = ""
     """The first prompt the agent read, after the rewrite."""
+
+    @property
+    def suite(self) -> Suite:
+        return self.plan.suite
+
+    @property
+    def level(self) -> str:
+        """Level id the suite played."""
+        return self.plan.level
+
+
+def plan_for(
+    agent: Agent, suite: Suite, *, level: str, action_space: str | None, seed_base: int
+) -> SuitePlan:
+    """What `suite` plays for `agent` on `level` (`plan_suite`), its first seeds probed."""
+    return plan_suite(
+        suite,
+        level=level,
+        action_space=action_space,
+        prompt_format=prompt_format_of(agent),
+        probe_seeds=range(seed_base, seed_base + PROBE_SEEDS),
+    )
+
+
+def prompt_format_of(agent: Agent) -> str:
+    """How `agent`'s prompts are written: `glam`, `chat`, `balrog`; `none` if it reads no text."""
+    if isinstance(agent, (RandomAgent, BotAgent)):
+        return "none"
+    history = agent.new_history(1)
+    if isinstance(history, BalrogHistory):
+        return "balrog"
+    return getattr(history, "prompt_format", "glam")
 
 
 def run_suite(
@@ -73,37 +114,39 @@ def run_suite(
 ) -> SuiteRun:
     """Play `episodes` episodes of `suite` with `agent` and return them in seed order.
 
+    A suite that is not applicable to the agent (`plan_suite`) plays none: its run holds the
+    reason (`run.plan.not_applicable`) and no episode.
+
     Args:
         agent: the agent; it reads the rewritten prompts (or the envs, for the bot).
         suite: the suite; its level, action space and language override the defaults.
-        level: level id when the suite brings none.
+        level: the evaluated level: played unless the suite brings its own.
         episodes: number of episodes, each counted once.
         num_envs: env slots stepped together (capped at `episodes`).
         seed_base: seed of episode 0; episode k uses `seed_base + k`.
         nbr_obs: observations kept in the prompt.
         action_space: the agent's action space; None: the level's default. A suite's action
-            space (renamed, French) gives its words for these actions (`reworded`).
+            space (renamed, French) gives its words for these actions (`reworded`); lacking
+            one, the suite is not applicable.
         max_steps: episode step limit; None keeps BabyAI's.
         per_task_type: instead of `episodes` in the level's mix, play this many episodes of each
             task type: the first seeds from `seed_base` on that draw it (`stratified_seeds`).
         on_episode_end: called with each finished episode (progress bars).
     """
-    level_id = suite.level or level
-    make_kwargs: dict[str, Any] = {"language": suite.language}
-    if suite.action_space and action_space:  # the suite's words for the agent's actions
-        make_kwargs["action_space"] = reworded(suite.action_space, action_space)
-    elif suite.action_space or action_space:
-        make_kwargs["action_space"] = suite.action_space or action_space
+    plan = plan_for(agent, suite, level=level, action_space=action_space, seed_base=seed_base)
+    run = SuiteRun(plan=plan, episodes=[])
+    if not plan.applies:
+        return run
+    make_kwargs: dict[str, Any] = plan.make_kwargs()
     if max_steps is not None:
         make_kwargs["max_steps"] = max_steps
     if per_task_type is not None:
-        seeds = stratified_seeds(level_id, per_task_type, seed_base, **make_kwargs)
+        seeds = stratified_seeds(plan.level, per_task_type, seed_base, **make_kwargs)
     else:
         seeds = [seed_base + k for k in range(episodes)]
     episodes = len(seeds)
-    envs = [babyai_text.make(level_id, **make_kwargs) for _ in range(min(num_envs, episodes))]
+    envs = [babyai_text.make(plan.level, **make_kwargs) for _ in range(min(num_envs, episodes))]
     action_words = tuple(envs[0].action_words)
-    run = SuiteRun(suite=suite, level=level_id, episodes=[])
     next_episode = 0
 
     def start(slot_index: int) -> _Slot | None:
@@ -128,7 +171,7 @@ def run_suite(
         active = [i for i, slot in enumerate(slots) if slot is not None]
         prompts = []
         for i in active:
-            original = slots[i].history.prompt(slots[i].mission, action_words, suite.language)
+            original = slots[i].history.prompt(slots[i].mission, action_words, plan.language)
             prompt = suite.rewrite(original)
             run.prompts_seen += 1
             run.prompts_rewritten += prompt != original

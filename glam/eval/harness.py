@@ -17,9 +17,9 @@ from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
 from glam.eval.builders import agent_label, build_agent
 from glam.eval.config import DEFAULT_NBR_OBS, PostTrainingTestsConfig
-from glam.eval.episodes import SuiteRun, run_suite, task_families
+from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
 from glam.eval.report import suite_record, write_results
-from glam.eval.suites import Suite, get_suites
+from glam.eval.suites import SuitePlan, get_suites
 
 __all__ = ["RESULT_FILES", "evaluate", "run_tests"]
 
@@ -38,7 +38,8 @@ def run_tests(
     """Play `cfg.eval.episodes` episodes of every suite of `cfg.eval.suites` with `agent`.
 
     Every suite plays the same seeds: a paired comparison against `no_change` for the suites that
-    keep the level (prompt rewrites, renamed actions).
+    keep the level (prompt rewrites, renamed actions, French). A suite that is not applicable to
+    the agent plays no episode; its run says why.
     """
     nbr_obs, action_space = resolve_settings(agent, cfg)
     runs = {}
@@ -61,13 +62,29 @@ def run_tests(
     return runs
 
 
-def _episodes_of(suite: Suite, cfg: PostTrainingTestsConfig) -> int:
+def plan_suites(agent: Agent, cfg: PostTrainingTestsConfig) -> dict[str, SuitePlan]:
+    """What each suite of `cfg.eval.suites` will play with `agent`, or why it will not."""
+    _, action_space = resolve_settings(agent, cfg)
+    return {
+        suite.name: plan_for(
+            agent,
+            suite,
+            level=cfg.eval.level,
+            action_space=action_space,
+            seed_base=cfg.eval.seed_base,
+        )
+        for suite in get_suites(cfg.eval.suites)
+    }
+
+
+def _episodes_of(plan: SuitePlan, cfg: PostTrainingTestsConfig) -> int:
     """Episodes a suite will play (with `episodes_per_task_type`: that times its task types)."""
     per_type = cfg.eval.episodes_per_task_type
+    if not plan.applies:
+        return 0
     if per_type is None:
         return cfg.eval.episodes
-    env = babyai_text.make(suite.level or cfg.eval.level)
-    return per_type * max(1, len(task_families(env)))
+    return per_type * max(1, len(task_families(babyai_text.make(plan.level))))
 
 
 def _check_levels(cfg: PostTrainingTestsConfig) -> None:
@@ -111,7 +128,7 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
     agent = build_agent(cfg.agent, greedy=cfg.eval.greedy)
     label = cfg.eval.label or agent_label(cfg.agent)
 
-    total = sum(_episodes_of(suite, cfg) for suite in get_suites(cfg.eval.suites))
+    total = sum(_episodes_of(plan, cfg) for plan in plan_suites(agent, cfg).values())
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -138,6 +155,7 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
         "label": label,
         "nbr_obs": nbr_obs,
         "action_space": action_space or "level default",
+        "prompt_format": prompt_format_of(agent),
         "protocol": cfg.agent.protocol if cfg.agent.kind in ("zero_shot", "bc") else cfg.agent.kind,
         "seed_base": cfg.eval.seed_base,
         "agent": asdict(cfg.agent),

@@ -1,9 +1,14 @@
 """Write evaluation results (JSON, CSV, markdown, bar chart) and aggregate several of them.
 
-One evaluation writes `results.json`: its config, and per suite the summary of its episodes
-(`success_rate`, 95% Wilson `ci_low`/`ci_high`, `mean_return`, `mean_length`, `episodes`...),
-overall and per task type. `aggregate` reads many of them (runs x seeds) into the paper's table:
-per suite the mean success over seeds, its spread, and the change against the `no_change` suite.
+One evaluation writes `results.json`: its config, and per suite what it played (`level`,
+`action_space` and its `action_words`, `prompt_format`, `language`) and the summary of its
+episodes (`success_rate`, 95% Wilson `ci_low`/`ci_high`, `mean_return`, `mean_length`,
+`episodes`...), overall and per task type. A suite that could not apply to the agent has
+`status` "not applicable" and a `reason` instead of figures; it is listed in the tables with
+its reason and left out of the charts, and `aggregate` leaves it out of the means.
+
+`aggregate` reads many results (runs x seeds) into the paper's table: per suite the mean success
+over seeds, its spread, and the change against the `no_change` suite.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from glam.eval.stats import summarize
 
 __all__ = [
     "AggregateRow",
+    "NOT_APPLICABLE",
     "aggregate",
+    "excluded_suites",
+    "not_applicable",
     "find_results",
     "suite_record",
     "write_aggregate",
@@ -34,23 +42,55 @@ RESULTS_FILE = "results.json"
 SUMMARY_FILES = ("summary.md", "summary.csv", "summary.png")
 """What `write_aggregate` writes."""
 _SUMMARY_FIELDS = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes")
+_SETUP_FIELDS = ("level", "action_space", "prompt_format", "language")
+"""What a suite played, in every table."""
+RAN, NOT_APPLICABLE = "ran", "not applicable"
+"""`status` of a suite record."""
 
 
 def suite_record(run: SuiteRun) -> dict[str, Any]:
-    """The JSON record of one suite: overall figures, then per task type."""
+    """The JSON record of one suite: what it played, overall figures, then per task type.
+
+    A suite not applicable to the agent gets its `reason` and no figures.
+    """
+    plan = run.plan
+    setup = {
+        "status": RAN if plan.applies else NOT_APPLICABLE,
+        "description": plan.suite.description,
+        "level": plan.level,
+        "action_space": plan.action_space.name,
+        "action_words": list(plan.action_space.words),
+        "prompt_format": plan.prompt_format,
+        "language": plan.language,
+    }
+    if not plan.applies:
+        return {**setup, "reason": plan.not_applicable}
     by_task: dict[str, list] = defaultdict(list)
     for result in run.episodes:
         task = result.task_type or "unknown"
         by_task[TASK_FAMILIES.get(task, task)].append(result)
     return {
+        **setup,
         **summarize(run.episodes).to_dict(),
-        "level": run.level,
-        "description": run.suite.description,
         "rewritten_prompt_fraction": run.prompts_rewritten / max(run.prompts_seen, 1),
         "example_prompt": run.example_prompt,
         "per_task_type": {
             task: summarize(results).to_dict() for task, results in sorted(by_task.items())
         },
+    }
+
+
+def _ran(record: Mapping[str, Any]) -> bool:
+    """Whether a suite record holds figures (records written before `status` existed do)."""
+    return record.get("status", RAN) != NOT_APPLICABLE
+
+
+def not_applicable(results: Mapping[str, Any]) -> dict[str, str]:
+    """The suites of one results.json that were not applicable, with their reasons."""
+    return {
+        name: record.get("reason", "")
+        for name, record in results["suites"].items()
+        if not _ran(record)
     }
 
 
@@ -84,17 +124,31 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
         "",
         f"{_seeds_text(results)}; {_actions_text(results)}; success with its 95% Wilson interval.",
         "",
-        "| suite | level | success [95% CI] | mean return | mean length | episodes |",
-        "|---|---|---|---|---|---|",
+        "| suite | level | action space | prompt | language | success [95% CI] | mean return "
+        "| mean length | episodes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    ran = {name: record for name, record in results["suites"].items() if _ran(record)}
     for name, record in results["suites"].items():
+        setup = " | ".join(str(record.get(key, "")) for key in _SETUP_FIELDS)
+        if name not in ran:
+            lines.append(f"| {name} | {setup} | not applicable | – | – | 0 |")
+            continue
         lines.append(
-            f"| {name} | {record['level']} | {_fmt_rate(record)} | {record['mean_return']:.3f} "
+            f"| {name} | {setup} | {_fmt_rate(record)} | {record['mean_return']:.3f} "
             f"| {record['mean_length']:.1f} | {record['episodes']} |"
         )
+    skipped = not_applicable(results)
+    if skipped:
+        lines += [
+            "",
+            "Not applicable to this agent (no episode played, left out of the chart):",
+            "",
+        ]
+        lines += [f"- {name}: {reason}" for name, reason in skipped.items()]
     if results["protocol"] == "generation":
         lines.append("")
-        for name, record in results["suites"].items():
+        for name, record in ran.items():
             lines.append(
                 f"{name}: {100 * record['invalid_action_rate']:.1f}% of the answers were not an "
                 "action (replaced by go forward)."
@@ -102,7 +156,7 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
     lines += ["", "## Per task type", ""]
     lines += ["| suite | task type | success [95% CI] | mean length | episodes |"]
     lines.append("|---|---|---|---|---|")
-    for name, record in results["suites"].items():
+    for name, record in ran.items():
         for task, task_record in record["per_task_type"].items():
             lines.append(
                 f"| {name} | {task} | {_fmt_rate(task_record)} "
@@ -112,14 +166,19 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
 
 
 def _results_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per suite and task type; a suite not applicable: one row, its reason, no figures."""
+    figures = (*_SUMMARY_FIELDS, "invalid_action_rate")
     rows = []
     for name, record in results["suites"].items():
+        head = {"label": results["label"], "suite": name}
+        head |= {key: record.get(key, "") for key in _SETUP_FIELDS}
+        tail = {"status": record.get("status", RAN), "reason": record.get("reason", "")}
+        if not _ran(record):
+            rows.append({**head, "task_type": "all", **dict.fromkeys(figures, ""), **tail})
+            continue
         groups = {"all": record, **record["per_task_type"]}
         for task, summary in groups.items():
-            row = {"label": results["label"], "suite": name, "level": record["level"]}
-            row["task_type"] = task
-            row.update({key: summary[key] for key in (*_SUMMARY_FIELDS, "invalid_action_rate")})
-            rows.append(row)
+            rows.append({**head, "task_type": task, **{k: summary[k] for k in figures}, **tail})
     return rows
 
 
@@ -171,7 +230,7 @@ def write_results(output_dir: Path, results: Mapping[str, Any]) -> dict[str, Pat
     paths["json"].write_text(json.dumps(results, indent=2) + "\n")
     _write_csv(paths["csv"], _results_rows(results))
     paths["md"].write_text(_results_markdown(results))
-    suites = results["suites"]
+    suites = {name: record for name, record in results["suites"].items() if _ran(record)}
     _bar_chart(
         paths["png"],
         f"{results['label']}: success rate (95% CI)",
@@ -244,6 +303,17 @@ class AggregateRow:
     with one run there is no spread over runs, but the episodes still bound the rate."""
 
 
+def _table_labels(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The column of each results.json: its label, and its level when several levels are read
+    (runs on the training level and on the held-out pairs are never averaged together)."""
+    several_levels = len({result["eval"]["level"] for result in results}) > 1
+    return [
+        result["label"]
+        + (f" ({result['eval']['level'].removeprefix('BabyAI-')})" if several_levels else "")
+        for result in results
+    ]
+
+
 def aggregate(
     results: Sequence[Mapping[str, Any]], baseline: str = "no_change"
 ) -> list[AggregateRow]:
@@ -251,13 +321,10 @@ def aggregate(
     rates: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     episodes: dict[tuple[str, str], int] = defaultdict(int)
     intervals: dict[tuple[str, str], tuple[float, float] | None] = {}
-    # Runs on different levels (training vs held-out pairs) are never averaged together.
-    several_levels = len({result["eval"]["level"] for result in results}) > 1
-    for result in results:
-        label = result["label"]
-        if several_levels:
-            label += f" ({result['eval']['level'].removeprefix('BabyAI-')})"
+    for label, result in zip(_table_labels(results), results, strict=True):
         for suite, record in result["suites"].items():
+            if not _ran(record):
+                continue  # listed apart (`excluded_suites`), never averaged as a 0
             rates[label][suite].append(record["success_rate"])
             episodes[label, suite] += record["episodes"]
             has_ci = "ci_low" in record and "ci_high" in record
@@ -288,7 +355,18 @@ def aggregate(
     return rows
 
 
-def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
+def excluded_suites(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(label, suite) -> reason, for the suites `aggregate` leaves out as not applicable."""
+    return {
+        (label, suite): reason
+        for label, result in zip(_table_labels(results), results, strict=True)
+        for suite, reason in not_applicable(result).items()
+    }
+
+
+def _aggregate_markdown(
+    rows: Sequence[AggregateRow], baseline: str, excluded: Mapping[tuple[str, str], str]
+) -> str:
     labels = list(dict.fromkeys(row.label for row in rows))
     suites = list(dict.fromkeys(row.suite for row in rows))
     cell = {(row.label, row.suite): row for row in rows}
@@ -304,7 +382,7 @@ def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
         for label in labels:
             row = cell.get((label, suite))
             if row is None:
-                cells.append("–")
+                cells.append("not applicable" if (label, suite) in excluded else "–")
                 continue
             if row.ci is not None:
                 text = f"{row.mean:.3f} [{row.ci[0]:.3f}, {row.ci[1]:.3f}] (n=1)"
@@ -314,16 +392,32 @@ def _aggregate_markdown(rows: Sequence[AggregateRow], baseline: str) -> str:
                 text += f" {row.change_pct:+.0f}%"
             cells.append(text)
         lines.append(f"| {suite} | " + " | ".join(cells) + " |")
+    if excluded:
+        lines += ["", "Not applicable, left out of the table, the means and the chart:", ""]
+        reasons = defaultdict(list)
+        for (label, suite), reason in excluded.items():
+            reasons[suite, reason].append(label)
+        for (suite, reason), names in reasons.items():
+            lines.append(f"- {suite} ({', '.join(names)}): {reason}")
     return "\n".join(lines) + "\n"
 
 
 def write_aggregate(
-    output_dir: Path, rows: Sequence[AggregateRow], *, baseline: str, title: str
+    output_dir: Path,
+    rows: Sequence[AggregateRow],
+    *,
+    baseline: str,
+    title: str,
+    excluded: Mapping[tuple[str, str], str] | None = None,
 ) -> dict[str, Path]:
-    """Write summary.md, summary.csv and summary.png; return their paths."""
+    """Write summary.md, summary.csv and summary.png; return their paths.
+
+    `excluded` (`excluded_suites`) are listed with their reasons in summary.md, nowhere else.
+    """
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {name.rsplit(".", 1)[1]: output_dir / name for name in SUMMARY_FILES}
-    paths["md"].write_text(f"# {title}\n\n" + _aggregate_markdown(rows, baseline))
+    markdown = _aggregate_markdown(rows, baseline, excluded or {})
+    paths["md"].write_text(f"# {title}\n\n" + markdown)
     _write_csv(
         paths["csv"],
         [
