@@ -620,9 +620,16 @@ def load_training_state(
 
 def _save_deepspeed_state(engine: torch.nn.Module, folder: Path) -> str | None:
     """Write DeepSpeed's checkpoint of `engine` into `folder/deepspeed` (collective); None if
-    this process's writes worked, else what went wrong."""
+    this process's writes worked, else what went wrong.
+
+    A write that fails is recorded, not raised, so that DeepSpeed's save goes on to the barriers
+    every process waits at (an exception on one process would leave the others waiting there);
+    the caller then stops every process together.
+    """
     recorder = _RecordingCheckpointEngine(engine.checkpoint_engine)
     engine.checkpoint_engine = recorder
+    # The main process also copies DeepSpeed's recovery scripts, outside the checkpoint engine.
+    engine._copy_recovery_script = recorder.guard(engine._copy_recovery_script)
     try:
         engine.save_checkpoint(
             str(folder / DEEPSPEED_DIR),
@@ -634,13 +641,12 @@ def _save_deepspeed_state(engine: torch.nn.Module, folder: Path) -> str | None:
         return describe_error(error, folder)
     finally:
         engine.checkpoint_engine = recorder.inner
+        del engine._copy_recovery_script  # the class's method again
     return None if recorder.error is None else describe_error(recorder.error, folder)
 
 
 class _RecordingCheckpointEngine:
-    """DeepSpeed's checkpoint engine recording its first failed write instead of raising it, so
-    that DeepSpeed's save goes on to the barriers every process waits at; the caller then stops
-    every process together."""
+    """DeepSpeed's checkpoint engine recording its first failed write instead of raising it."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -649,13 +655,24 @@ class _RecordingCheckpointEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def guard(self, write: Any) -> Any:
+        """`write`, recording its failure instead of raising it (skipped after a failure)."""
+
+        def guarded(*args: Any, **kwargs: Any) -> None:
+            if self.error is not None:
+                return
+            try:
+                write(*args, **kwargs)
+            except _WRITE_ERRORS as error:
+                self.error = error
+
+        return guarded
+
     def save(self, state_dict: Any, path: str) -> None:
-        if self.error is not None:
-            return
-        try:
-            self.inner.save(state_dict, path)
-        except _WRITE_ERRORS as error:
-            self.error = error
+        self.guard(self.inner.save)(state_dict, path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        self.guard(self.inner.makedirs)(path, exist_ok=exist_ok)
 
 
 def _load_deepspeed_state(engine: torch.nn.Module, checkpoint: Path) -> None:
