@@ -691,3 +691,41 @@ def test_sigint_stops_like_sigterm_and_a_second_one_aborts() -> None:
             os.kill(os.getpid(), signal.SIGINT)
     finally:
         stop.restore()
+
+
+class _FakeDeepSpeedEngine(nn.Module):
+    """The calls DeepSpeed's `save_checkpoint` makes around its final barrier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoint_engine = _FakeCheckpointEngine()
+        self.reached_barrier = False
+
+    def save_checkpoint(self, save_dir: str, tag: str, **kwargs: object) -> bool:
+        self.checkpoint_engine.makedirs(f"{save_dir}/{tag}", exist_ok=True)
+        self.checkpoint_engine.save({"step": torch.zeros(1)}, f"{save_dir}/{tag}/shard.pt")
+        self._copy_recovery_script(save_dir)
+        self.reached_barrier = True  # where every process waits for the others
+        return True
+
+    def _copy_recovery_script(self, save_path: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FakeCheckpointEngine:
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def save(self, state_dict: dict, path: str) -> None:
+        torch.save(state_dict, path)
+
+
+def test_a_failed_deepspeed_write_still_reaches_deepspeeds_barrier(tmp_path: Path) -> None:
+    from glam.ppo.checkpoint import _save_deepspeed_state
+
+    engine = _FakeDeepSpeedEngine()
+    assert _save_deepspeed_state(engine, tmp_path) == "no space left on device"
+    assert engine.reached_barrier  # no process leaves the others waiting at it
+    assert isinstance(engine.checkpoint_engine, _FakeCheckpointEngine)  # put back
+    with pytest.raises(OSError):
+        engine._copy_recovery_script(str(tmp_path))  # the class's method again
