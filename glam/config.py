@@ -307,6 +307,10 @@ class TrainConfig:
     each checkpoint; `bc.dataset=<run>/rollouts` clones them all."""
     resume: bool = False
     """Continue the run in output_dir from its newest checkpoint (starts fresh if it has none)."""
+    resume_from: str = ""
+    """Continue the run from this checkpoint of it instead (implies `resume`): a folder of
+    `output_dir/checkpoints/`, by name (`update_000008`) or path. Later checkpoints belong to the
+    branch this abandons: they move to `checkpoints/abandoned-<time>/`, nothing is deleted."""
     torch_threads: int | None = None
     """torch.set_num_threads per process; None: torch's default."""
     cpu: bool = False
@@ -329,6 +333,8 @@ class TrainConfig:
             raise ValueError("train.save_every and train.keep_checkpoints must be >= 0")
         if self.torch_threads is not None:
             _check_positive("train.torch_threads", self.torch_threads)
+        if self.resume_from:
+            self.resume = True
 
 
 @hydra_schema("training_run_schema")
@@ -353,7 +359,8 @@ class TrainingRunConfig:
 
     @property
     def num_updates(self) -> int:
-        """Updates needed to collect `train.total_frames` (the last one may overshoot)."""
+        """Updates a fresh run needs to collect `train.total_frames` (the last one may overshoot;
+        a resumed run counts the frames it has)."""
         return -(-self.train.total_frames // self.frames_per_update)
 
     def __post_init__(self) -> None:

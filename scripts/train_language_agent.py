@@ -15,15 +15,18 @@
     # DeepSpeed ZeRO-2 / ZeRO-3 on the CPU (no CUDA: DS_ACCELERATOR=cpu is set for you)
     accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 2 \
         scripts/train_language_agent.py --config-name tiny train.output_dir=runs/zero2
-    # continue a run from its newest checkpoint (starts fresh if it has none)
+    # continue a run from its newest checkpoint (starts fresh if it has none), or from an older one
     python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny \
         train.resume=true
+    python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny \
+        train.resume_from=update_000002
 
 Presets live in configs/ (`glam_paper`, `smollm2_lora_cpu`, `tiny`); any key of
 `glam.config.TrainingRunConfig` can be overridden, and a misspelt key stops the run at start-up.
-SIGTERM or SIGUSR1 writes a checkpoint and exits with status 0. Exit status: 0 done (or
-checkpointed on a signal), 1 bad config (Hydra), 2 the run cannot start, 3 the loss became NaN.
-See docs/training.md.
+SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) writes a checkpoint and exits with status 0; a second Ctrl-C
+stops at once. Exit status: 0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run
+cannot start or a checkpoint cannot be written, 3 the loss became NaN, 130 a second Ctrl-C.
+See docs/training.md and the README's "Checkpoints".
 """
 
 from __future__ import annotations
@@ -49,9 +52,13 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     import transformers
     from accelerate.utils import broadcast_object_list
 
+    from glam.ppo.checkpoint import CheckpointWriteError
     from glam.ppo.launch import LaunchError, build_accelerator, describe
-    from glam.ppo.trainer import SetupError, TrainingDiverged, train
+    from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged, train
 
+    # Installed for the life of the process, never restored: a stop signal during set-up, the
+    # last save or the exit is recorded instead of killing the process half-way.
+    stop = StopSignal()
     if cfg.train.torch_threads is not None:
         torch.set_num_threads(cfg.train.torch_threads)
     transformers.utils.logging.disable_progress_bar()
@@ -65,25 +72,29 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     broadcast_object_list(output_dir)
     run_dir = Path(output_dir[0]).resolve()
     cfg.train.output_dir = str(run_dir)
-    if accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    accelerator.wait_for_everyone()
     accelerator.print(f"[glam] run folder {run_dir}, {describe(accelerator)}")
 
     try:
-        result = train(cfg, accelerator, run_dir)
+        result = train(cfg, accelerator, run_dir, stop)
     except SetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except CheckpointWriteError as error:
+        print(f"error: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
+        return 2
     except TrainingDiverged as error:
-        from glam.ppo.checkpoint import latest_checkpoint
-
-        last = latest_checkpoint(run_dir)
-        kept = f"the last good checkpoint is {last}" if last else "no checkpoint had been written"
         print(
-            f"error: stopping: {error}; nothing of that update was saved; {kept}", file=sys.stderr
+            f"error: stopping: {error}; nothing of that update was saved; "
+            f"{_last_checkpoint(run_dir)}",
+            file=sys.stderr,
         )
         return 3
+    except KeyboardInterrupt:
+        print(
+            f"error: interrupted twice: stopped without saving; {_last_checkpoint(run_dir)}",
+            file=sys.stderr,
+        )
+        return 130
     if result.stopped_by is not None:
         accelerator.print(
             f"preempted by {result.stopped_by}: checkpoint saved at update "
@@ -96,6 +107,16 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         )
     accelerator.end_training()
     return 0
+
+
+def _last_checkpoint(run_dir: Path) -> str:
+    from glam.ppo.checkpoint import latest_checkpoint
+
+    try:
+        last = latest_checkpoint(run_dir)
+    except FileNotFoundError as error:
+        return f"no complete checkpoint to point at ({error})"
+    return f"the last complete checkpoint is {last}" if last else "no checkpoint had been written"
 
 
 def _config_name() -> str:

@@ -186,6 +186,10 @@ def test_launcher_trains_checkpoints_and_resumes_after_sigkill(layout: str, tmp_
     assert launch["world_size"] == 2 and launch["envs_per_process"] == 2
     assert launch["deepspeed_stage"] == DEEPSPEED_STAGE[layout]
     checkpoint = run_dir / "checkpoints" / f"update_{killed_at:06d}"
+    seeds = [
+        json.loads((checkpoint / f"rank_{r}" / "envs.json").read_text())["seed"] for r in (0, 1)
+    ]
+    assert seeds[0] != seeds[1]  # each process plays its own episodes
     base, _ = load_model("tiny-random-llama")
     adapted = PeftModel.from_pretrained(base, checkpoint / "policy" / "adapter")
     lora_b = [p for n, p in adapted.named_parameters() if "lora_B" in n]

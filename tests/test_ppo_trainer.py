@@ -1,10 +1,19 @@
-"""The trainer's parts in-process: env runner, LR schedule, checkpoint files, bf16 ratio check."""
+"""The trainer's parts in-process: env runner, LR schedule, checkpoint files and their checks,
+resumes, the run folder, stop signals, bf16 ratio check."""
 
 from __future__ import annotations
 
+import csv
+import errno
+import hashlib
 import json
 import math
+import os
 import random
+import re
+import shutil
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +33,14 @@ from glam.config import (
 )
 from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.checkpoint import (
+    CheckpointWriteError,
     TrainerState,
+    UnusableCheckpoint,
     latest_checkpoint,
     load_training_state,
     policy_dir,
+    remove_temporaries,
+    resume_checkpoint,
     save_checkpoint,
 )
 from glam.ppo.gae import compute_gae
@@ -37,9 +50,11 @@ from glam.ppo.trainer import (
     StopSignal,
     _check_layout,
     build_policy,
+    build_training,
     collect_rollout,
     lr_factor,
     ppo_update,
+    train,
 )
 
 NAV = ["turn left", "turn right", "go forward"]
@@ -264,10 +279,11 @@ def test_checkpoint_files_are_pickle_free_and_restore_rng(
         optimizer.state_dict()["state"][0]["exp_avg"],
     )
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
-    # Saving the same update again keeps what is there.
-    before = (path / "trainer_state.json").stat().st_mtime_ns
+    # A folder of the same update is from an abandoned branch: moved aside, never kept as ours.
+    before = _digest(path)
     save(3)
-    assert (path / "trainer_state.json").stat().st_mtime_ns == before
+    (aside,) = (tmp_path / "checkpoints").glob("abandoned-*/update_000003")
+    assert _digest(aside) == before and (path / "manifest.json").is_file()
 
 
 def test_latest_pointer_to_a_missing_checkpoint_is_an_error(tmp_path: Path) -> None:
@@ -463,3 +479,398 @@ def test_a_stop_mid_rollout_keeps_the_saved_decisions_of_the_last_update(
     reference = _saved_rollouts(tmp_path / "reference", 32, None, monkeypatch)
     stopped = _saved_rollouts(tmp_path / "stopped", 10**6, 8 + 1 + 8, monkeypatch)
     assert reference and stopped == reference
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints: completeness, failed saves, resumes
+# --------------------------------------------------------------------------------------------
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _save_updates(run_dir: Path, accelerator: Accelerator, updates: tuple[int, ...]) -> Path:
+    """Checkpoints of a small model for `updates`; returns the `checkpoints/` folder."""
+    model = _Saveable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: 1.0)
+    for update in updates:
+        save_checkpoint(
+            accelerator,
+            run_dir,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            env_state={"seed": 7, "num_envs": 1, "episodes_started": [update]},
+            state=TrainerState(update=update, frames=10 * update),
+            config_yaml="a: 1\n",
+        )
+    return run_dir / "checkpoints"
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _drop_manifest(checkpoint: Path) -> None:  # as written before manifests existed
+    (checkpoint / "manifest.json").unlink()
+
+
+def _claim_two_processes(checkpoint: Path) -> None:
+    state = checkpoint / "trainer_state.json"  # the same size: the manifest still agrees
+    state.write_text(json.dumps({**json.loads(state.read_text()), "world_size": 2}, indent=1))
+
+
+# (damage done to checkpoints/, expected problem, the checkpoint then proposed)
+DAMAGES = {
+    "optimizer missing": (
+        lambda c: (c / "update_000002" / "optimizer.pt").unlink(),
+        "update_000002: optimizer.pt is missing",
+        "update_000001",
+    ),
+    "state truncated": (
+        lambda c: _truncate(c / "update_000002" / "trainer_state.json"),
+        "update_000002: trainer_state.json is truncated (",
+        "update_000001",
+    ),
+    "state garbage": (
+        lambda c: (
+            _drop_manifest(c / "update_000002"),
+            (c / "update_000002" / "trainer_state.json").write_text("{garbage"),
+        ),
+        "update_000002: trainer_state.json is not valid JSON",
+        "update_000001",
+    ),
+    "rng truncated": (
+        lambda c: _truncate(c / "update_000002" / "rank_0" / "rng.pt"),
+        "update_000002: rank_0/rng.pt is truncated (",
+        "update_000001",
+    ),
+    "rng truncated, no manifest": (
+        lambda c: (
+            _drop_manifest(c / "update_000002"),
+            _truncate(c / "update_000002/rank_0/rng.pt"),
+        ),
+        "update_000002: rank_0/rng.pt is unreadable (",
+        "update_000001",
+    ),
+    "envs missing": (
+        lambda c: (c / "update_000002" / "rank_0" / "envs.json").unlink(),
+        "update_000002: rank_0/envs.json is missing",
+        "update_000001",
+    ),
+    "policy file missing": (
+        lambda c: (c / "update_000002" / "policy" / "weights.json").unlink(),
+        "update_000002: policy/weights.json is missing",
+        "update_000001",
+    ),
+    "a rank missing": (
+        lambda c: _claim_two_processes(c / "update_000002"),
+        "update_000002: rank_1/rng.pt is missing",
+        "update_000001",
+    ),
+    "latest empty": (
+        lambda c: (c / "latest").write_text(""),
+        "checkpoints/latest is empty",
+        "update_000002",
+    ),
+    "latest garbage": (
+        lambda c: (c / "latest").write_bytes(b"\xff\xfe\x00garbage"),
+        "checkpoints/latest is unreadable (",
+        "update_000002",
+    ),
+    "latest not a name": (
+        lambda c: (c / "latest").write_text("hello\n"),
+        "checkpoints/latest holds 'hello', not a checkpoint name",
+        "update_000002",
+    ),
+    "latest dangling": (
+        lambda c: (c / "latest").write_text("update_000009\n"),
+        "checkpoints/latest names update_000009, which is missing",
+        "update_000002",
+    ),
+    "latest missing": (
+        lambda c: (c / "latest").unlink(),
+        "checkpoints/latest is missing",
+        "update_000002",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_an_unusable_checkpoint_is_refused_naming_the_file_and_an_older_one(
+    tmp_path: Path, accelerator: Accelerator, damage: str
+) -> None:
+    checkpoints = _save_updates(tmp_path, accelerator, (1, 2))
+    assert resume_checkpoint(tmp_path) == checkpoints / "update_000002"
+    harm, problem, fallback = DAMAGES[damage]
+    harm(checkpoints)
+    with pytest.raises(UnusableCheckpoint) as error:
+        resume_checkpoint(tmp_path)
+    message = str(error.value)
+    assert problem in message
+    assert f"the newest complete checkpoint is {fallback}" in message
+    assert f"train.resume_from={fallback}" in message
+    # The proposed way out works.
+    assert resume_checkpoint(tmp_path, fallback) == checkpoints / fallback
+
+
+def test_resume_checks_need_the_files_of_the_run_layout(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    assert resume_checkpoint(tmp_path) is None  # no checkpoint: a fresh start
+    checkpoints = _save_updates(tmp_path, accelerator, (1,))
+    with pytest.raises(UnusableCheckpoint, match="deepspeed/state/ is missing: the checkpoint was"):
+        resume_checkpoint(tmp_path, deepspeed=True)
+    with pytest.raises(UnusableCheckpoint, match="'update_000007' is not a checkpoint of this run"):
+        resume_checkpoint(tmp_path, "update_000007")
+    with pytest.raises(UnusableCheckpoint, match="is not a checkpoint of this run"):
+        resume_checkpoint(tmp_path, str(tmp_path))
+    (checkpoints / "update_000001" / "scheduler.json").unlink()
+    with pytest.raises(UnusableCheckpoint, match="scheduler.json is missing; no older checkpoint"):
+        resume_checkpoint(tmp_path)
+
+
+class _DiskUsage:
+    free = 0
+
+
+@pytest.mark.parametrize(
+    "failure,reason",
+    [
+        ("torch.save ENOSPC", "no space left on device"),
+        ("torch C++ writer, full disk", "no space left on device"),
+        ("policy write EDQUOT", "disk quota exceeded"),
+    ],
+)
+def test_a_failed_save_leaves_no_temporary_and_says_why(
+    tmp_path: Path,
+    accelerator: Accelerator,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: str,
+    reason: str,
+) -> None:
+    checkpoints = _save_updates(tmp_path, accelerator, (1,))
+    before = _digest(checkpoints)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        if failure == "torch.save ENOSPC":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if failure == "policy write EDQUOT":
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    if failure == "policy write EDQUOT":
+        monkeypatch.setattr(_Saveable, "save_pretrained", fail)
+    else:
+        monkeypatch.setattr(torch, "save", fail)
+    if failure == "torch C++ writer, full disk":
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: _DiskUsage())
+    with pytest.raises(CheckpointWriteError) as error:
+        _save_updates(tmp_path, accelerator, (2,))
+    assert str(error.value) == (
+        f"could not write checkpoint {checkpoints / 'update_000002'}: {reason}"
+    )
+    assert _digest(checkpoints) == before  # no .tmp-update_000002, `latest` unchanged
+
+
+def test_temporaries_of_interrupted_saves_are_removed(tmp_path: Path, accelerator) -> None:
+    checkpoints = _save_updates(tmp_path, accelerator, (1,))
+    (checkpoints / ".tmp-update_000002" / "policy").mkdir(parents=True)
+    (checkpoints / ".tmp-update_000002" / "optimizer.pt").write_bytes(b"x" * 1000)
+    (checkpoints / ".latest.tmp").write_text("update_000002")
+    kept = _digest(checkpoints / "update_000001")
+    assert remove_temporaries(tmp_path) == [".latest.tmp", ".tmp-update_000002"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "update_000001"]
+    assert _digest(checkpoints / "update_000001") == kept
+
+
+def _train(
+    run_dir: Path,
+    accelerator: Accelerator,
+    *,
+    frames_per_env: int = 8,
+    total_frames: int = 96,
+    lr: float = 1e-3,
+    resume: bool = False,
+    resume_from: str = "",
+):
+    """A tiny run in this process (4 envs: 32 frames per update at 8 frames per env)."""
+    cfg = tiny_config()
+    cfg.ppo = PPOConfig(frames_per_env=frames_per_env, minibatch_size=16, epochs=1, lr=lr)
+    cfg.train = TrainConfig(
+        total_frames=total_frames,
+        save_every=1,
+        keep_checkpoints=0,
+        resume=resume,
+        resume_from=resume_from,
+        progress_bar=False,
+    )
+    return train(cfg, accelerator, run_dir)
+
+
+def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_resume_with_other_frames_per_env_stops_at_total_frames(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    first = _train(tmp_path, accelerator, frames_per_env=8, total_frames=96)
+    assert (first.state.update, first.state.frames) == (3, 96)
+    # 64 frames per update now: 96 + 64 = 160 < 192 <= 224, so two more updates, the last full.
+    second = _train(tmp_path, accelerator, frames_per_env=16, total_frames=192, resume=True)
+    assert (second.state.update, second.state.frames) == (5, 224)
+    rows = _metric_rows(tmp_path)
+    assert [int(row["frames"]) for row in rows] == [32, 64, 96, 160, 224]
+    assert second.checkpoint == tmp_path / "checkpoints" / "update_000005"
+    # Fewer frames per update: more updates, still stopping at the total.
+    third = _train(tmp_path, accelerator, frames_per_env=4, total_frames=256, resume=True)
+    assert (third.state.update, third.state.frames) == (7, 256)
+
+
+def _scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
+def test_resuming_an_older_checkpoint_sets_the_later_branch_aside(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    _train(tmp_path, accelerator, total_frames=128)
+    checkpoints = tmp_path / "checkpoints"
+    later = {name: _digest(checkpoints / name) for name in ("update_000003", "update_000004")}
+    (checkpoints / "latest").write_text("update_000002\n")  # roll back, then another lr
+    result = _train(tmp_path, accelerator, total_frames=96, lr=5e-4, resume=True)
+    assert result.state.update == 3
+    (aside,) = checkpoints.glob("abandoned-*")
+    assert {name: _digest(aside / name) for name in later} == later  # byte for byte
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("update_")) == [
+        "update_000001",
+        "update_000002",
+        "update_000003",
+    ]
+    assert "lr: 0.0005" in (checkpoints / "update_000003" / "config.yaml").read_text()
+    assert latest_checkpoint(tmp_path) == checkpoints / "update_000003"
+    # The logs read as the new branch; the abandoned one keeps its rows.
+    rows = _metric_rows(tmp_path)
+    assert [(r["update"], float(r["charts/learning_rate"])) for r in rows] == [
+        ("1", 1e-3),
+        ("2", 1e-3),
+        ("3", 5e-4),
+    ]
+    assert [r["update"] for r in _metric_rows(aside)] == ["1", "2", "3", "4"]
+    assert _scalars(tmp_path, "charts/learning_rate") == [
+        (32, pytest.approx(1e-3)),
+        (64, pytest.approx(1e-3)),
+        (96, pytest.approx(5e-4)),
+    ]
+    # train.resume_from does the same without editing `latest`.
+    _train(tmp_path, accelerator, total_frames=96, resume_from="update_000001")
+    assert len(list(checkpoints.glob("abandoned-*"))) == 2
+    assert latest_checkpoint(tmp_path) == checkpoints / "update_000003"
+    assert [r["update"] for r in _metric_rows(tmp_path)] == ["1", "2", "3"]
+
+
+def test_an_unusable_checkpoint_stops_the_resume_before_any_model_is_built(
+    tmp_path: Path, accelerator: Accelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoints = _save_updates(tmp_path, accelerator, (1, 2))
+    (checkpoints / "update_000002" / "optimizer.pt").unlink()
+
+    def no_model(*args: object) -> None:
+        raise AssertionError("a model was prepared before the checks")
+
+    monkeypatch.setattr("glam.ppo.trainer.prepare_model_cache", no_model)
+    cfg = tiny_config()
+    cfg.train.resume = True
+    with pytest.raises(SetupError, match="cannot resume: .*update_000002: optimizer.pt is missing"):
+        build_training(cfg, accelerator, tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["a file", "under a file", "not writable"])
+def test_an_unusable_output_dir_stops_before_any_model_is_built(
+    tmp_path: Path, accelerator: Accelerator, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    run_dir, message = {
+        "a file": (tmp_path / "file", "is a file, not a folder"),
+        "under a file": (tmp_path / "file" / "run", f"cannot be created: {tmp_path / 'file'} is a"),
+        "not writable": (Path("/sys/kernel"), "is not writable: "),
+    }[layout]
+    if layout == "not writable" and (not run_dir.is_dir() or os.access(run_dir, os.W_OK)):
+        try:  # root may write where access() says no: try for real
+            (run_dir / ".glam-probe").write_text("")
+            (run_dir / ".glam-probe").unlink()
+            pytest.skip(f"{run_dir} is writable here")
+        except OSError:
+            pass
+
+    def no_model(*args: object) -> None:
+        raise AssertionError("a model was prepared before the output folder was checked")
+
+    monkeypatch.setattr("glam.ppo.trainer.prepare_model_cache", no_model)
+    with pytest.raises(SetupError, match=re.escape(f"train.output_dir={str(run_dir)!r} {message}")):
+        build_training(tiny_config(), accelerator, run_dir)
+
+
+def test_sigint_stops_like_sigterm_and_a_second_one_aborts() -> None:
+    stop = StopSignal()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == "SIGINT"
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # `accelerate launch` forwarding the same Ctrl-C
+        assert stop.received == "SIGINT"  # the first signal is the one reported
+        time.sleep(StopSignal.REPEAT_SECONDS)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        stop.restore()
+
+
+class _FakeDeepSpeedEngine(nn.Module):
+    """The calls DeepSpeed's `save_checkpoint` makes around its final barrier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoint_engine = _FakeCheckpointEngine()
+        self.reached_barrier = False
+
+    def save_checkpoint(self, save_dir: str, tag: str, **kwargs: object) -> bool:
+        self.checkpoint_engine.makedirs(f"{save_dir}/{tag}", exist_ok=True)
+        self.checkpoint_engine.save({"step": torch.zeros(1)}, f"{save_dir}/{tag}/shard.pt")
+        self._copy_recovery_script(save_dir)
+        self.reached_barrier = True  # where every process waits for the others
+        return True
+
+    def _copy_recovery_script(self, save_path: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FakeCheckpointEngine:
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def save(self, state_dict: dict, path: str) -> None:
+        torch.save(state_dict, path)
+
+
+def test_a_failed_deepspeed_write_still_reaches_deepspeeds_barrier(tmp_path: Path) -> None:
+    from glam.ppo.checkpoint import _save_deepspeed_state
+
+    engine = _FakeDeepSpeedEngine()
+    assert _save_deepspeed_state(engine, tmp_path) == "no space left on device"
+    assert engine.reached_barrier  # no process leaves the others waiting at it
+    assert isinstance(engine.checkpoint_engine, _FakeCheckpointEngine)  # put back
+    with pytest.raises(OSError):
+        engine._copy_recovery_script(str(tmp_path))  # the class's method again

@@ -1,7 +1,8 @@
 """scripts/train_language_agent.py as users run it: subprocesses with the `tiny` preset.
 
-Covers the run folder, checkpoints (peft adapter, pickle-free state), resume, SIGKILL mid-run,
-SIGTERM/SIGUSR1 preemption and bad input (multi-process launchers: tests/test_distributed.py).
+Covers the run folder, checkpoints (peft adapter, pickle-free state), resume (from an older
+checkpoint too), SIGKILL mid-run, SIGTERM/SIGUSR1/SIGINT preemption and signals during the exit,
+a full disk, and bad input (multi-process launchers: tests/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,14 +45,14 @@ def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.Co
 
 
 def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
-    """Start a long tiny run in the background."""
+    """Start a long tiny run in the background (its output unbuffered, line by line)."""
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), "--config-name", "tiny", f"train.output_dir={run_dir}"]
         + ["train.total_frames=1000000", *overrides],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_env(),
+        env={**_env(), "PYTHONUNBUFFERED": "1"},
         cwd=ROOT,
     )
 
@@ -198,20 +200,51 @@ def test_resume_refuses_another_process_count_or_a_dangling_pointer(
 ) -> None:
     run_dir = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
-    state_file = run_dir / "checkpoints" / "update_000002" / "trainer_state.json"
+    checkpoint = run_dir / "checkpoints" / "update_000002"
+    state_file = checkpoint / "trainer_state.json"
     before = tree_digest(run_dir)
     original = state_file.read_text()
-    state_file.write_text(json.dumps({**json.loads(original), "world_size": 2}))
+    # As written by two processes: a world size of 2 and a second rank's files.
+    state_file.write_text(json.dumps({**json.loads(original), "world_size": 2}, indent=1))
+    shutil.copytree(checkpoint / "rank_0", checkpoint / "rank_1")
     result = train(run_dir, f"train.total_frames={4 * FRAMES_PER_UPDATE}", "train.resume=true")
     assert result.returncode == 2
     assert "written by 2 process(es), this run has 1" in result.stderr
     (run_dir / "checkpoints" / "latest").write_text("update_000009\n")
     result = train(run_dir, f"train.total_frames={4 * FRAMES_PER_UPDATE}", "train.resume=true")
     assert result.returncode == 2
-    assert "names update_000009, which is missing or incomplete" in result.stderr
+    assert "latest names update_000009, which is missing" in result.stderr
     state_file.write_text(original)  # nothing else was touched by either attempt
+    shutil.rmtree(checkpoint / "rank_1")
     (run_dir / "checkpoints" / "latest").write_text("update_000002\n")
     assert tree_digest(run_dir) == before
+
+
+def test_incomplete_checkpoint_is_refused_then_an_older_one_resumed(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "update_000002" / "optimizer.pt").unlink()
+    incomplete = tree_digest(checkpoints / "update_000002")
+    result = train(run_dir, f"train.total_frames={3 * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        f"error: cannot resume: {checkpoints / 'update_000002'}: optimizer.pt is missing; the "
+        "newest complete checkpoint is update_000001: continue from it with "
+        "train.resume_from=update_000001"
+    )
+    assert "Traceback" not in result.stderr
+    result = train(
+        run_dir, f"train.total_frames={3 * FRAMES_PER_UPDATE}", "train.resume_from=update_000001"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "(update 1, frames 64)" in result.stdout
+    (aside,) = checkpoints.glob("abandoned-*")
+    assert tree_digest(aside / "update_000002") == incomplete  # set aside, not deleted
+    assert (aside / "rollouts" / "rank_0" / "update_000002").is_dir()
+    assert metric_updates(run_dir) == [1, 2, 3] and latest_update(run_dir) == 3
 
 
 def test_resume_without_checkpoint_starts_fresh(tmp_path: Path) -> None:
@@ -240,7 +273,7 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path) -> None:
     assert latest_update(run_dir) == target
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(
     tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
@@ -251,8 +284,71 @@ def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 0, output
     assert f"preempted by {stop_signal.name}: checkpoint saved at update" in output
+    assert "Traceback" not in output
     updates = metric_updates(run_dir)
     assert latest_update(run_dir) == updates[-1] >= 1
+
+
+def test_a_signal_during_the_exit_is_not_fatal(tmp_path: Path) -> None:
+    run_dir = tmp_path / "preempted"
+    process = start(run_dir, "train.save_every=1000")
+    wait_for(lambda: (run_dir / "metrics.csv").is_file(), process)
+    process.send_signal(signal.SIGUSR1)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("preempted by SIGUSR1"):
+            # The checkpoint is saved; the process is on its way out. SLURM's SIGTERM now
+            # must not kill it (status 143) half-way through its exit.
+            process.send_signal(signal.SIGTERM)
+            break
+    output = "".join(lines) + process.communicate(timeout=120)[0]
+    assert process.returncode == 0, output
+    assert latest_update(run_dir) == metric_updates(run_dir)[-1] >= 1
+
+
+def _mount_tmpfs(folder: Path, size: str) -> None:
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode()}")
+
+
+def test_a_full_disk_stops_with_a_clear_message_and_no_temporary(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "240k")  # room for one tiny checkpoint, not two
+    try:
+        run_dir = disk / "run"
+        result = train(
+            run_dir, f"train.total_frames={10 * FRAMES_PER_UPDATE}", "train.save_every=1"
+        )
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        checkpoints = run_dir / "checkpoints"
+        saved = latest_update(run_dir)
+        assert result.stderr.strip() == (
+            f"error: could not write checkpoint {checkpoints / f'update_{saved + 1:06d}'}: no "
+            f"space left on device; the last complete checkpoint is "
+            f"{checkpoints / f'update_{saved:06d}'}"
+        )
+        assert saved >= 1
+        assert sorted(p.name for p in checkpoints.iterdir()) == [
+            "latest",
+            *(f"update_{u:06d}" for u in range(max(1, saved - 2), saved + 1)),
+        ]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_output_dir_that_is_a_file_fails_clearly(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file")
+    result = train(tmp_path / "file")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"error: train.output_dir={str(tmp_path / 'file')!r} is a file, not a folder"
+    )
 
 
 @pytest.mark.parametrize(

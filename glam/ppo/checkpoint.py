@@ -1,33 +1,42 @@
-"""Atomic, pickle-free training checkpoints in the run folder.
+"""Atomic, pickle-free training checkpoints in the run folder, checked before a resume.
 
 Layout of `RUN_DIR/checkpoints/`::
 
     update_000012/
         policy/               the policy's `save_pretrained` folder: LoRA adapter in peft format
                               (or the full model), heads.safetensors, its config json
-        optimizer.pt          optimizer state (tensors and numbers only)
+        optimizer.pt          optimizer state (tensors and numbers only); under DeepSpeed instead:
+        deepspeed/state/        DeepSpeed's checkpoint: every process's optimizer shard
         scheduler.json        learning-rate scheduler state
-        trainer_state.json    counters (update, frames, episodes), world size, env and model
+        trainer_state.json    counters (update, frames, episodes), world size
         config.yaml           the resolved config of the run that wrote it
         rank_0/               one folder per process:
             rng.pt              python, numpy and torch RNG states (tensors and numbers only)
             envs.json           the environments' seed schedule (`TextVectorEnv.state_dict`)
+        manifest.json         every other file of the checkpoint with its size in bytes
     latest                    text file: the name of the newest complete checkpoint
+    abandoned-<time>/         checkpoints set aside by a resume from an older one
 
 A checkpoint is written into `.tmp-update_000012/`, renamed into place once every process has
 written its part, and only then named in `latest` (itself replaced atomically), so `latest` always
-points at a complete checkpoint, even if the run is killed half-way through a save. Loading uses
-JSON, safetensors and `torch.load(weights_only=True)`: it never runs pickled code.
+points at a complete checkpoint, even if the run is killed half-way through a save. A save that
+fails (a full disk) removes its temporary folder on every process and raises
+`CheckpointWriteError`. Before a resume `check_checkpoint` verifies that every file is there, has
+its recorded size and parses. Loading uses JSON, safetensors and `torch.load(weights_only=True)`:
+it never runs pickled code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
 import re
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +44,31 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
+from omegaconf import OmegaConf
+from safetensors import SafetensorError
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_POINTER = "latest"
+MANIFEST = "manifest.json"
+ROLLOUTS_DIR = "rollouts"
+"""Run-folder part of `train.save_rollouts`: `rollouts/rank_R/update_N/` per checkpoint."""
+METRICS_CSV = "metrics.csv"
+DEEPSPEED_DIR = "deepspeed"
+"""Folder of a checkpoint holding DeepSpeed's own checkpoint (optimizer shards) under DeepSpeed."""
+DEEPSPEED_TAG = "state"
 _NAME = re.compile(r"^update_(\d+)$")
+_TEMPORARY = re.compile(r"^(\.tmp-.*|\..*\.tmp)$")
+# What a full disk or a failing file system raises: OSError from Python's writes, RuntimeError
+# from torch's C++ writer (DeepSpeed's files), SafetensorError from safetensors' Rust writer.
+_WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+class UnusableCheckpoint(ValueError):
+    """A checkpoint that cannot be resumed: a file missing, truncated or unreadable (named)."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (full disk, read-only folder...); nothing was kept."""
 
 
 @dataclass
@@ -63,15 +93,34 @@ def checkpoint_name(update: int) -> str:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run (from the `latest` pointer), or None."""
+    """The checkpoint the `latest` pointer of a run names, or None without a pointer.
+
+    Raises:
+        FileNotFoundError: the pointer is unreadable or names no checkpoint folder.
+    """
     checkpoints = Path(run_dir) / CHECKPOINTS_DIR
     pointer = checkpoints / LATEST_POINTER
     if not pointer.is_file():
         return None
-    path = checkpoints / pointer.read_text().strip()
-    if not (path / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"{pointer} names {path.name}, which is missing or incomplete")
-    return path
+    name, problem = _read_pointer(pointer)
+    if problem is not None:
+        raise FileNotFoundError(f"{pointer} {problem}")
+    return checkpoints / name
+
+
+def _read_pointer(pointer: Path) -> tuple[str, str | None]:
+    """The name `latest` holds, and what is wrong with it (None if it names a folder)."""
+    try:
+        name = pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        return "", f"is unreadable ({describe_error(error)})"
+    if not name:
+        return name, "is empty"
+    if not _NAME.match(name):
+        return name, f"holds {name[:40]!r}, not a checkpoint name (update_NNNNNN)"
+    if not (pointer.parent / name).is_dir():
+        return name, f"names {name}, which is missing"
+    return name, None
 
 
 def policy_dir(run_dir_or_checkpoint: str | Path) -> Path:
@@ -111,8 +160,18 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    # Through a Python file: a full disk is then an OSError that says so, where torch's own
+    # writer raises "[enforce fail at inline_container.cc]".
+    with path.open("wb") as file:
+        torch.save(obj, file)
 
 
 def _uses_zero3(accelerator: Accelerator) -> bool:
@@ -152,54 +211,122 @@ def save_checkpoint(
 ) -> Path:
     """Write the checkpoint of `state.update` (collective: every process calls it).
 
-    Returns the checkpoint folder. An existing checkpoint of the same update is left as it is
-    (it was written from the same weights), never overwritten.
+    Returns the checkpoint folder. A folder of the same update already there (left by a branch
+    of the run that a resume abandoned) is moved to `checkpoints/abandoned-<time>/` first.
+
+    Raises:
+        CheckpointWriteError: on every process when a write failed on any (a full disk...):
+            the temporary folder is removed and `latest` names the previous checkpoint.
     """
     checkpoints = run_dir / CHECKPOINTS_DIR
     name = checkpoint_name(state.update)
-    final = checkpoints / name
-    tmp = checkpoints / f".tmp-{name}"
-    if final.exists():
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            _write_text_atomic(checkpoints / LATEST_POINTER, name + "\n")
-        accelerator.wait_for_everyone()
-        return final
-    if accelerator.is_main_process:
+    final, tmp = checkpoints / name, checkpoints / f".tmp-{name}"
+    main = accelerator.is_main_process
+
+    def stop_if_failed(problem: str | None) -> None:
+        problem = first_problem(accelerator, problem)
+        if problem is not None:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointWriteError(f"could not write checkpoint {final}: {problem}")
+
+    def start() -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # left by a run killed while saving
         tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
 
-    save_policy(accelerator, model, tmp / "policy")
-    rank_dir = tmp / f"rank_{accelerator.process_index}"
-    rank_dir.mkdir()
-    torch.save(_rng_state(), rank_dir / "rng.pt")
-    (rank_dir / "envs.json").write_text(json.dumps(env_state, indent=1))
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        # Each process holds its shard of the optimizer state: DeepSpeed's own checkpoint writes
-        # every shard (and the trainable weights; the frozen base stays in the model's folder).
-        model.save_checkpoint(
-            str(tmp / DEEPSPEED_DIR),
-            tag=DEEPSPEED_TAG,
-            exclude_frozen_parameters=True,
-            save_latest=False,
-        )
-    elif accelerator.is_main_process:
-        # Data parallel: every process holds the same optimizer state.
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    if accelerator.is_main_process:
+    stop_if_failed(_attempt(start, checkpoints) if main else None)
+    stop_if_failed(_attempt(lambda: save_policy(accelerator, model, tmp / "policy"), checkpoints))
+
+    def write_rank_files() -> None:
+        rank_dir = tmp / f"rank_{accelerator.process_index}"
+        rank_dir.mkdir()
+        _torch_save(_rng_state(), rank_dir / "rng.pt")
+        (rank_dir / "envs.json").write_text(json.dumps(env_state, indent=1))
+
+    def write_main_files() -> None:
+        if accelerator.distributed_type != DistributedType.DEEPSPEED:
+            # Data parallel: every process holds the same optimizer state.
+            _torch_save(optimizer.state_dict(), tmp / "optimizer.pt")
         (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict(), indent=1))
         (tmp / "config.yaml").write_text(config_yaml)
         (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__, indent=1))
-    accelerator.wait_for_everyone()
 
-    if accelerator.is_main_process:
+    problem = _attempt(write_rank_files, checkpoints)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        # Each process holds its shard of the optimizer state: DeepSpeed's own checkpoint writes
+        # every shard (and the trainable weights; the frozen base stays in the model's folder).
+        # Every process takes part even after a failed write: DeepSpeed's save is collective.
+        problem = _save_deepspeed_state(model, tmp) or problem
+    if main:
+        problem = problem or _attempt(write_main_files, checkpoints)
+    stop_if_failed(problem)
+
+    def publish() -> None:
+        _write_manifest(tmp)
+        if final.exists():
+            aside = _abandoned_folder(checkpoints)
+            os.replace(final, aside / name)
+            print(f"[glam] {final} was from an abandoned branch of the run: moved to {aside}")
         os.replace(tmp, final)
         _write_text_atomic(checkpoints / LATEST_POINTER, name + "\n")
         if keep:
             _prune(checkpoints, keep=keep, protect=name)
-    accelerator.wait_for_everyone()
+
+    stop_if_failed(_attempt(publish, checkpoints) if main else None)
     return final
+
+
+def _attempt(write: Any, folder: Path) -> str | None:
+    """Run `write()`; None if it worked, else what went wrong in a few words."""
+    try:
+        write()
+    except _WRITE_ERRORS as error:
+        return describe_error(error, folder)
+    return None
+
+
+def describe_error(error: BaseException, folder: Path | None = None) -> str:
+    """An error in a few words: `permission denied`, `no space left on device` on a full disk
+    whichever library's error said it (torch's C++ writer names no cause: then, if `folder` is
+    given, its disk is asked)."""
+    code = getattr(error, "errno", None)
+    text = str(error).strip()
+    if code is None and ("os error 28" in text or "No space left" in text):
+        code = errno.ENOSPC
+    if code is None and folder is not None and _disk_full(folder):
+        code = errno.ENOSPC
+    if code is not None:
+        words = os.strerror(code)
+        return words[:1].lower() + words[1:]
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _disk_full(folder: Path) -> bool:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
+
+
+def first_problem(accelerator: Accelerator, problem: str | None) -> str | None:
+    """The first process's problem, on every process (collective): what stops one process stops
+    them all, together."""
+    if accelerator.num_processes == 1:
+        return problem
+    from accelerate.utils import gather_object
+
+    return next((p for p in gather_object([problem]) if p is not None), None)
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {
+        path.relative_to(folder).as_posix(): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
 def _prune(checkpoints: Path, *, keep: int, protect: str) -> None:
@@ -207,6 +334,249 @@ def _prune(checkpoints: Path, *, keep: int, protect: str) -> None:
     for old in names[:-keep]:
         if old != protect:
             shutil.rmtree(checkpoints / old, ignore_errors=True)
+
+
+def _updates(checkpoints: Path) -> dict[int, Path]:
+    """The `update_N` folders of `checkpoints/` by update."""
+    if not checkpoints.is_dir():
+        return {}
+    return {int(m[1]): p for p in checkpoints.iterdir() if (m := _NAME.match(p.name))}
+
+
+def _abandoned_folder(checkpoints: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder, n = checkpoints / f"abandoned-{stamp}", 1
+    while folder.exists():
+        n += 1
+        folder = checkpoints / f"abandoned-{stamp}-{n}"
+    folder.mkdir()
+    return folder
+
+
+def remove_temporaries(run_dir: Path) -> list[str]:
+    """Delete what interrupted or failed saves left in `checkpoints/` (`.tmp-update_N/`,
+    `.latest.tmp`): partial copies holding disk space. Main process only; returns their names."""
+    checkpoints = run_dir / CHECKPOINTS_DIR
+    if not checkpoints.is_dir():
+        return []
+    removed = sorted(p.name for p in checkpoints.iterdir() if _TEMPORARY.match(p.name))
+    for name in removed:
+        path = checkpoints / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return removed
+
+
+def set_aside_after(checkpoint: Path, update: int) -> Path | None:
+    """Set aside what a run did after `checkpoint` (of update `update`), a branch that a resume
+    from it abandons: later checkpoints and saved rollouts move to `abandoned-<time>/` in
+    `checkpoints/`, with a copy of metrics.csv (the resumed run drops its later rows), and
+    `latest` names `checkpoint`. Nothing is deleted. Returns that folder, or None when nothing
+    was later. Main process only."""
+    checkpoints = checkpoint.parent
+    run_dir = checkpoints.parent
+    later = [path for number, path in sorted(_updates(checkpoints).items()) if number > update]
+    rollouts = [
+        path
+        for path in sorted((run_dir / ROLLOUTS_DIR).glob("rank_*/update_*"))
+        if (m := _NAME.match(path.name)) and int(m[1]) > update
+    ]
+    folder = None
+    if later or rollouts:
+        folder = _abandoned_folder(checkpoints)
+        for path in later:
+            os.replace(path, folder / path.name)
+        for path in rollouts:
+            target = folder / ROLLOUTS_DIR / path.parent.name / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        if (run_dir / METRICS_CSV).is_file():
+            shutil.copy2(run_dir / METRICS_CSV, folder / METRICS_CSV)
+    _write_text_atomic(checkpoints / LATEST_POINTER, checkpoint.name + "\n")
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# Checks before a resume
+# --------------------------------------------------------------------------------------------
+
+
+def resume_checkpoint(
+    run_dir: Path, requested: str = "", *, deepspeed: bool = False
+) -> Path | None:
+    """The checkpoint a resumed run continues from, checked by `check_checkpoint`: `requested`
+    (`train.resume_from`: a folder of the run's `checkpoints/`, by name or path), else the one
+    `latest` names; None when the run has no checkpoint.
+
+    Raises:
+        UnusableCheckpoint: naming the file and its problem and, when there is one, the newest
+            older complete checkpoint with the option that continues from it.
+    """
+    checkpoints = run_dir / CHECKPOINTS_DIR
+    if requested:
+        checkpoint = _requested_checkpoint(checkpoints, requested)
+    else:
+        pointer = checkpoints / LATEST_POINTER
+        if not pointer.is_file() and not pointer.is_symlink():
+            if not _updates(checkpoints):
+                return None
+            raise UnusableCheckpoint(
+                f"{pointer} is missing" + _fallback(checkpoints, None, deepspeed)
+            )
+        name, problem = _read_pointer(pointer)
+        if problem is not None:
+            before = int(m[1]) if (m := _NAME.match(name)) else None
+            raise UnusableCheckpoint(
+                f"{pointer} {problem}" + _fallback(checkpoints, before, deepspeed)
+            )
+        checkpoint = checkpoints / name
+    try:
+        check_checkpoint(checkpoint, deepspeed=deepspeed)
+    except UnusableCheckpoint as error:
+        before = int(_NAME.match(checkpoint.name)[1])
+        raise UnusableCheckpoint(
+            f"{checkpoint}: {error}" + _fallback(checkpoints, before, deepspeed)
+        ) from None
+    return checkpoint
+
+
+def _requested_checkpoint(checkpoints: Path, requested: str) -> Path:
+    path = Path(requested)
+    if not path.is_absolute() and (checkpoints / path).is_dir():
+        path = checkpoints / path
+    path = path.resolve()
+    if path.parent != checkpoints.resolve() or not _NAME.match(path.name) or not path.is_dir():
+        names = ", ".join(sorted(p.name for p in _updates(checkpoints).values())) or "none"
+        raise UnusableCheckpoint(
+            f"train.resume_from={requested!r} is not a checkpoint of this run (in {checkpoints}: "
+            f"{names})"
+        )
+    return checkpoints / path.name
+
+
+def _fallback(checkpoints: Path, before: int | None, deepspeed: bool) -> str:
+    """What to do instead: the newest complete checkpoint (before update `before`)."""
+    for update, path in sorted(_updates(checkpoints).items(), reverse=True):
+        if before is not None and update >= before:
+            continue
+        try:
+            check_checkpoint(path, deepspeed=deepspeed)
+        except UnusableCheckpoint:
+            continue
+        return (
+            f"; the newest complete checkpoint is {path.name}: continue from it with "
+            f"train.resume_from={path.name} (later checkpoints then move to "
+            f"{CHECKPOINTS_DIR}/abandoned-<time>/)"
+        )
+    return "; no older checkpoint is complete"
+
+
+def check_checkpoint(checkpoint: Path, *, deepspeed: bool = False) -> TrainerState:
+    """Check that `checkpoint` can be resumed: every file its writer writes is there (for every
+    process of its world size; DeepSpeed's shards under DeepSpeed, else optimizer.pt), has the
+    size its manifest records, and its JSON, YAML and RNG files parse. Returns its counters.
+
+    Raises:
+        UnusableCheckpoint: naming the first file missing, truncated or unreadable.
+    """
+    if not checkpoint.is_dir():
+        raise UnusableCheckpoint("the folder is missing")
+    if (checkpoint / MANIFEST).exists():  # absent from checkpoints written before manifests
+        _check_sizes(checkpoint, _read_json(checkpoint, MANIFEST).get("files"))
+    state = _read_state(checkpoint)
+    required = ["trainer_state.json", "config.yaml", "scheduler.json", "policy"]
+    required += [
+        f"rank_{k}/{file}" for k in range(state.world_size) for file in ("rng.pt", "envs.json")
+    ]
+    required.append(f"{DEEPSPEED_DIR}/{DEEPSPEED_TAG}" if deepspeed else "optimizer.pt")
+    for name in required:
+        path = checkpoint / name
+        if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+            continue
+        if name == "optimizer.pt" and (checkpoint / DEEPSPEED_DIR).is_dir():
+            raise UnusableCheckpoint(
+                "optimizer.pt is missing: the checkpoint was written under DeepSpeed (resume it "
+                "under DeepSpeed)"
+            )
+        if name.startswith(DEEPSPEED_DIR) and (checkpoint / "optimizer.pt").is_file():
+            raise UnusableCheckpoint(
+                f"{name}/ is missing: the checkpoint was written without DeepSpeed (resume it "
+                "without DeepSpeed)"
+            )
+        raise UnusableCheckpoint(f"{name} is {'empty' if path.exists() else 'missing'}")
+    for name in ["scheduler.json", *(f"rank_{k}/envs.json" for k in range(state.world_size))]:
+        _read_json(checkpoint, name)
+    for path in sorted((checkpoint / "policy").rglob("*.json")):  # configs: parse, any shape
+        _parse_json(checkpoint, path.relative_to(checkpoint).as_posix())
+    try:
+        if not isinstance(OmegaConf.to_container(OmegaConf.load(checkpoint / "config.yaml")), dict):
+            raise ValueError("not a mapping")
+    except Exception as error:  # noqa: BLE001  (YAML and OmegaConf raise many kinds)
+        raise UnusableCheckpoint(f"config.yaml is unreadable ({_first_line(error)})") from None
+    for k in range(state.world_size):
+        try:
+            torch.load(checkpoint / f"rank_{k}" / "rng.pt", map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001  (a truncated zip, an unpickling error...)
+            raise UnusableCheckpoint(
+                f"rank_{k}/rng.pt is unreadable ({_first_line(error)})"
+            ) from None
+    return state
+
+
+def _read_state(checkpoint: Path) -> TrainerState:
+    data = _read_json(checkpoint, "trainer_state.json")
+    names = {f.name for f in fields(TrainerState)}
+    try:
+        if set(data) != names:
+            raise ValueError(f"keys {sorted(data)}, expected {sorted(names)}")
+        state = TrainerState(**data)
+        if not (isinstance(state.update, int) and isinstance(state.world_size, int)):
+            raise ValueError("update and world_size must be integers")
+        if state.update < 0 or state.world_size < 1:
+            raise ValueError(f"update {state.update}, world_size {state.world_size}")
+    except (TypeError, ValueError) as error:
+        raise UnusableCheckpoint(f"trainer_state.json has unexpected content ({error})") from None
+    return state
+
+
+def _read_json(checkpoint: Path, name: str) -> dict[str, Any]:
+    data = _parse_json(checkpoint, name)
+    if not isinstance(data, dict):
+        raise UnusableCheckpoint(f"{name} is not a JSON object")
+    return data
+
+
+def _parse_json(checkpoint: Path, name: str) -> Any:
+    try:
+        return json.loads((checkpoint / name).read_text())
+    except FileNotFoundError:
+        raise UnusableCheckpoint(f"{name} is missing") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnusableCheckpoint(f"{name} is unreadable ({describe_error(error)})") from None
+    except json.JSONDecodeError as error:
+        raise UnusableCheckpoint(f"{name} is not valid JSON ({error})") from None
+
+
+def _check_sizes(checkpoint: Path, sizes: Any) -> None:
+    if not isinstance(sizes, dict) or not all(isinstance(n, int) for n in sizes.values()):
+        raise UnusableCheckpoint(f"{MANIFEST} has unexpected content")
+    for name, size in sizes.items():
+        path = checkpoint / name
+        if not path.is_file():
+            raise UnusableCheckpoint(f"{name} is missing")
+        actual = path.stat().st_size
+        if actual < size:
+            raise UnusableCheckpoint(f"{name} is truncated ({actual} of {size} bytes)")
+        if actual != size:
+            raise UnusableCheckpoint(f"{name} has {actual} bytes, {size} were written")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def read_trainer_state(checkpoint: Path) -> TrainerState:
@@ -248,9 +618,61 @@ def load_training_state(
     return state, env_state
 
 
-DEEPSPEED_DIR = "deepspeed"
-"""Folder of a checkpoint holding DeepSpeed's own checkpoint (optimizer shards) under DeepSpeed."""
-DEEPSPEED_TAG = "state"
+def _save_deepspeed_state(engine: torch.nn.Module, folder: Path) -> str | None:
+    """Write DeepSpeed's checkpoint of `engine` into `folder/deepspeed` (collective); None if
+    this process's writes worked, else what went wrong.
+
+    A write that fails is recorded, not raised, so that DeepSpeed's save goes on to the barriers
+    every process waits at (an exception on one process would leave the others waiting there);
+    the caller then stops every process together.
+    """
+    recorder = _RecordingCheckpointEngine(engine.checkpoint_engine)
+    engine.checkpoint_engine = recorder
+    # The main process also copies DeepSpeed's recovery scripts, outside the checkpoint engine.
+    engine._copy_recovery_script = recorder.guard(engine._copy_recovery_script)
+    try:
+        engine.save_checkpoint(
+            str(folder / DEEPSPEED_DIR),
+            tag=DEEPSPEED_TAG,
+            exclude_frozen_parameters=True,
+            save_latest=False,
+        )
+    except _WRITE_ERRORS as error:
+        return describe_error(error, folder)
+    finally:
+        engine.checkpoint_engine = recorder.inner
+        del engine._copy_recovery_script  # the class's method again
+    return None if recorder.error is None else describe_error(recorder.error, folder)
+
+
+class _RecordingCheckpointEngine:
+    """DeepSpeed's checkpoint engine recording its first failed write instead of raising it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.error: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def guard(self, write: Any) -> Any:
+        """`write`, recording its failure instead of raising it (skipped after a failure)."""
+
+        def guarded(*args: Any, **kwargs: Any) -> None:
+            if self.error is not None:
+                return
+            try:
+                write(*args, **kwargs)
+            except _WRITE_ERRORS as error:
+                self.error = error
+
+        return guarded
+
+    def save(self, state_dict: Any, path: str) -> None:
+        self.guard(self.inner.save)(state_dict, path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        self.guard(self.inner.makedirs)(path, exist_ok=exist_ok)
 
 
 def _load_deepspeed_state(engine: torch.nn.Module, checkpoint: Path) -> None:

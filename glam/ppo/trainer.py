@@ -9,8 +9,10 @@ averaged by DDP (or DeepSpeed), metrics are reduced over processes.
 from __future__ import annotations
 
 import math
+import pickle
 import signal
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, set_seed
+from accelerate.utils import DistributedType, broadcast_object_list, set_seed
 from omegaconf import OmegaConf
 
 from glam.config import PPOConfig, TrainingRunConfig
@@ -28,10 +30,15 @@ from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.checkpoint import (
     TrainerState,
-    latest_checkpoint,
+    UnusableCheckpoint,
+    describe_error,
+    first_problem,
     load_training_state,
     read_trainer_state,
+    remove_temporaries,
+    resume_checkpoint,
     save_checkpoint,
+    set_aside_after,
 )
 from glam.ppo.gae import compute_gae
 from glam.ppo.logger import MetricsLogger, ProgressBar
@@ -62,7 +69,7 @@ class TrainResult:
     checkpoint: Path | None
     """The newest complete checkpoint."""
     stopped_by: str | None = None
-    """Name of the signal that stopped the run early (SIGTERM, SIGUSR1), or None."""
+    """Name of the signal that stopped the run early (SIGTERM, SIGUSR1, SIGINT), or None."""
 
 
 @dataclass
@@ -78,23 +85,48 @@ class Rollout:
 
 
 class StopSignal:
-    """Remembers SIGTERM / SIGUSR1 (cluster preemption) so the loop can save and exit cleanly."""
+    """Remembers SIGTERM / SIGUSR1 (cluster preemption) and SIGINT (Ctrl-C) so the loop can save
+    and exit cleanly; a second SIGINT, a second or more after the first, raises KeyboardInterrupt
+    at once (`accelerate launch` forwards the terminal's Ctrl-C, which its processes also get:
+    that copy comes within milliseconds and is not a second Ctrl-C).
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    Installed until `restore`: a script keeps it until the process exits, so that a signal that
+    comes during the last save or the exit is recorded, never fatal.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    REPEAT_SECONDS = 1.0
+    """A SIGINT this long after the first is a second Ctrl-C."""
 
     def __init__(self) -> None:
         self.received: str | None = None
+        """The first signal received, by name."""
+        self.stopping = False
+        """`requested` has said yes: every process is stopping."""
+        self._interrupted_at: float | None = None
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
 
     def _handle(self, signum: int, frame: object) -> None:
-        self.received = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            now = time.monotonic()
+            if self._interrupted_at is None:
+                self._interrupted_at = now
+            elif now - self._interrupted_at >= self.REPEAT_SECONDS:
+                raise KeyboardInterrupt
+        self.received = self.received or signal.Signals(signum).name
 
     def requested(self, accelerator: Accelerator) -> bool:
-        """True on every process as soon as any process received a stop signal."""
+        """True on every process as soon as any process received a stop signal (collective)."""
         flag = torch.tensor([float(self.received is not None)], device=accelerator.device)
         if accelerator.num_processes > 1:
             flag = accelerator.reduce(flag, reduction="sum")
-        return bool(flag.item() > 0)
+        self.stopping = self.stopping or bool(flag.item() > 0)
+        return self.stopping
+
+    @property
+    def name(self) -> str:
+        """What stopped the run: the signal this process received, or another's."""
+        return self.received or "a stop signal on another process"
 
     def restore(self) -> None:
         """Put back the handlers that were there before."""
@@ -107,24 +139,36 @@ class StopSignal:
 # --------------------------------------------------------------------------------------------
 
 
-def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> TrainResult:
+def train(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    run_dir: Path,
+    stop: StopSignal | None = None,
+) -> TrainResult:
     """Run (or resume) PPO until `train.total_frames`, a stop signal, or divergence.
+
+    The run stops after the first update that brings the frames (over every session of the run,
+    whatever `ppo.frames_per_env` each used) to `train.total_frames` or past it. `stop` records
+    stop signals; without it, one is installed for the call only.
 
     Raises:
         SetupError: the run cannot start (message says why).
         TrainingDiverged: a non-finite loss; the last good checkpoint is left untouched.
+        CheckpointWriteError: a checkpoint could not be written (a full disk...); the last
+            complete one is left untouched.
     """
-    t = build_training(cfg, accelerator, run_dir)
-    stop = StopSignal()
-    checkpoint, stopped_by = t.resumed_from, None
-    start_time = time.perf_counter() - t.state.elapsed_seconds
+    own_stop = stop is None
+    stop = StopSignal() if stop is None else stop
+    t = None
     try:
+        t = build_training(cfg, accelerator, run_dir)
+        checkpoint = t.resumed_from
+        start_time = time.perf_counter() - t.state.elapsed_seconds
         t.runner.reset()
-        while t.state.update < cfg.num_updates:
+        while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
             # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
             rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop)
             if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
-                stopped_by = stop.received or "a stop signal on another process"
                 break
             # 2. Advantages.
             advantages, returns = compute_gae(
@@ -160,19 +204,19 @@ def train(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Tr
             }
             t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
             t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
-            t.progress.print(_summary_line(t.state, cfg.num_updates, metrics))
+            t.progress.print(_summary_line(t.state, t.num_updates, metrics))
             # 5. Checkpoint.
             every = cfg.train.save_every
-            if (every and t.state.update % every == 0) or t.state.update == cfg.num_updates:
+            if (every and t.state.update % every == 0) or t.state.frames >= cfg.train.total_frames:
                 checkpoint = t.save()
-            if stop.requested(accelerator):
-                stopped_by = stop.received or "a stop signal on another process"
-                break
-        if stopped_by is not None or checkpoint is None:
-            checkpoint = t.save()
+        if stop.stopping or checkpoint is None:
+            checkpoint = t.save()  # a no-op if this update was just saved
     finally:
-        stop.restore()
-        t.close()
+        if t is not None:
+            t.close()
+        if own_stop:
+            stop.restore()
+    stopped_by = stop.name if stop.stopping else None
     return TrainResult(state=t.state, checkpoint=checkpoint, stopped_by=stopped_by)
 
 
@@ -382,10 +426,17 @@ class Training:
     recompute: bool
     """Recompute old log-probs in the update (reduced precision makes them drift)."""
     resumed_from: Path | None
+    num_updates: int
+    """Updates of the whole run: those done plus those that reach `train.total_frames`."""
+    saved: tuple[int, Path] | None = None
+    """The update and folder of the newest checkpoint this session wrote or resumed."""
 
     def save(self) -> Path:
-        """Write a checkpoint of the current update (every process calls it), then the
-        finished episodes' decisions when `train.save_rollouts` is on."""
+        """Write a checkpoint of the current update unless this session already has (every
+        process calls it), then the finished episodes' decisions when `train.save_rollouts` is
+        on."""
+        if self.saved is not None and self.saved[0] == self.state.update:
+            return self.saved[1]
         checkpoint = save_checkpoint(
             self.accelerator,
             self.run_dir,
@@ -397,6 +448,7 @@ class Training:
             config_yaml=self.config_yaml,
             keep=self.cfg.train.keep_checkpoints,
         )
+        self.saved = (self.state.update, checkpoint)
         if self.runner.recording:
             self._save_rollouts()
         return checkpoint
@@ -429,15 +481,20 @@ class Training:
 
 
 def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Training:
-    """Check the layout, build envs, policy, optimizer and logs; restore a checkpoint if asked."""
+    """Check the layout and the run folder, pick and check the checkpoint to resume (before any
+    model is loaded), build envs, policy, optimizer and logs, and restore the checkpoint."""
+    from glam.policy.llm_policy import CheckpointError
+
     world, rank = accelerator.num_processes, accelerator.process_index
     _check_layout(cfg, world)
-    _check_output_dir(cfg, run_dir)
-    accelerator.wait_for_everyone()  # every process has looked before the main one writes
-    try:
-        resume_from = latest_checkpoint(run_dir) if cfg.train.resume else None
-    except FileNotFoundError as error:  # `latest` names a checkpoint that is not there
-        raise SetupError(f"cannot resume: {error}") from None
+    problem = None
+    if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
+        try:
+            _check_output_dir(cfg, run_dir)
+        except SetupError as error:
+            problem = str(error)
+    _raise_on_any(accelerator, problem)
+    resume_from = _resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
     if resume_from is not None:
         _check_same_run(cfg, resume_from, world)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
@@ -445,7 +502,10 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
     with accelerator.main_process_first():  # one process converts the model, the others wait
         prepare_model_cache(cfg.model.name_or_path)
     set_seed(cfg.train.seed)
-    policy = build_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
+    try:
+        policy = build_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
+    except CheckpointError as error:  # a policy file the checks could not judge (its content)
+        raise SetupError(f"cannot resume from {resume_from}: {error}") from None
     set_seed(cfg.train.seed, device_specific=True)
 
     local_envs = cfg.env.num_envs // world
@@ -480,24 +540,31 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
     _configure_deepspeed(accelerator, cfg)
     model, optimizer = accelerator.prepare(policy, optimizer)
 
-    state = TrainerState(world_size=world)
+    state, num_updates = TrainerState(world_size=world), cfg.num_updates
     if resume_from is not None:
-        state, env_state = load_training_state(
-            accelerator, resume_from, model=model, optimizer=optimizer, scheduler=scheduler
+        state, env_state = _load_training_state(
+            accelerator, resume_from, model, optimizer, scheduler
         )
         runner.load_state_dict(env_state)
-        # The learning rate follows the config of this session (a resumed run may lower it).
-        factor = lr_factor(state.update, cfg.ppo, cfg.num_updates)
+        # The frames still to collect decide the updates left (`ppo.frames_per_env` may have
+        # changed); the learning rate follows this session's config (a resumed run may lower it).
+        left = -(-(cfg.train.total_frames - state.frames) // cfg.frames_per_update)
+        num_updates = state.update + max(0, left)
+        scheduler.lr_lambdas = [lambda update: lr_factor(update, cfg.ppo, num_updates)] * len(
+            optimizer.param_groups
+        )
+        factor = lr_factor(state.update, cfg.ppo, num_updates)
         scheduler.base_lrs = [cfg.ppo.lr] * len(optimizer.param_groups)
         for group in optimizer.param_groups:
             group["lr"] = cfg.ppo.lr * factor
         accelerator.print(
             f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
         )
+        _set_aside_after(accelerator, resume_from, state.update)
     elif cfg.train.resume:
         accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
 
-    config_yaml = _resolved_config_yaml(cfg, accelerator)
+    config_yaml = _resolved_config_yaml(cfg, accelerator, num_updates)
     if accelerator.is_main_process and resume_from is None:
         (run_dir / "config.yaml").write_text(config_yaml)
     resuming_logs = cfg.train.resume  # a resumed run rewinds the logs to its checkpoint
@@ -510,7 +577,7 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
         config=OmegaConf.to_container(OmegaConf.create(config_yaml)),
     )
     progress = ProgressBar(
-        cfg.num_updates * cfg.frames_per_update,
+        state.frames + (num_updates - state.update) * cfg.frames_per_update,
         state.frames,
         enabled=accelerator.is_main_process,
         bar=cfg.train.progress_bar,
@@ -537,6 +604,8 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
         progress=progress,
         recompute=bool(recompute),
         resumed_from=resume_from,
+        num_updates=num_updates,
+        saved=None if resume_from is None else (state.update, resume_from),
     )
 
 
@@ -599,15 +668,97 @@ def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
 
 
 def _check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
-    """Never write over another run: a used folder needs `train.resume=true`."""
+    """Create the run folder and check it can be written; never write over another run: a used
+    folder needs `train.resume=true`."""
+    where = f"train.output_dir={str(run_dir)!r}"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise SetupError(f"{where} is a file, not a folder")
     used = [
         name for name in ("config.yaml", "metrics.csv", "checkpoints") if (run_dir / name).exists()
     ]
     if used and not cfg.train.resume:
         raise SetupError(
-            f"train.output_dir={str(run_dir)!r} already holds a run ({', '.join(used)}): pass "
+            f"{where} already holds a run ({', '.join(used)}): pass "
             "train.resume=true to continue it, or choose another train.output_dir"
         )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-"):
+            pass
+    except NotADirectoryError:
+        file = next(parent for parent in run_dir.parents if parent.exists())
+        raise SetupError(f"{where} cannot be created: {file} is a file, not a folder") from None
+    except OSError as error:
+        raise SetupError(f"{where} is not writable: {describe_error(error)}") from None
+
+
+def _resume_checkpoint(
+    cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
+) -> Path | None:
+    """The checked checkpoint to resume (None: a fresh start), picked by the main process after
+    removing what interrupted saves left (collective: a problem stops every process)."""
+    found: list[str | None] = [None, None]  # checkpoint, problem
+    if accelerator.is_main_process:
+        if removed := remove_temporaries(run_dir):
+            print(f"[glam] removed {', '.join(removed)} (left by an interrupted or failed save)")
+        deepspeed = accelerator.distributed_type == DistributedType.DEEPSPEED
+        try:
+            checkpoint = resume_checkpoint(run_dir, cfg.train.resume_from, deepspeed=deepspeed)
+            found[0] = None if checkpoint is None else str(checkpoint)
+        except UnusableCheckpoint as error:
+            found[1] = f"cannot resume: {error}"
+    if accelerator.num_processes > 1:
+        broadcast_object_list(found)
+    if found[1] is not None:
+        raise SetupError(found[1])
+    return None if found[0] is None else Path(found[0])
+
+
+def _set_aside_after(accelerator: Accelerator, checkpoint: Path, update: int) -> None:
+    """Move what the run did after `checkpoint` aside (main process; collective)."""
+    problem = None
+    if accelerator.is_main_process:
+        try:
+            aside = set_aside_after(checkpoint, update)
+        except OSError as error:
+            problem = (
+                f"cannot set aside the checkpoints after {checkpoint}: {describe_error(error)}"
+            )
+        else:
+            if aside is not None:
+                print(
+                    f"[glam] checkpoints after update {update} (a branch this resume abandons) "
+                    f"moved to {aside}, with their rollouts and a copy of metrics.csv"
+                )
+    _raise_on_any(accelerator, problem)
+
+
+def _load_training_state(
+    accelerator: Accelerator,
+    checkpoint: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[TrainerState, dict]:
+    """`load_training_state`, with a file that passed the checks but does not load (its
+    content) stopping every process with a message instead of a traceback."""
+    problem, loaded = None, None
+    try:
+        loaded = load_training_state(
+            accelerator, checkpoint, model=model, optimizer=optimizer, scheduler=scheduler
+        )
+    except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        problem = f"cannot resume from {checkpoint}: {lines[0]}"
+    _raise_on_any(accelerator, problem)
+    return loaded
+
+
+def _raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
+    """Raise SetupError on every process if any process has a problem (collective)."""
+    problem = first_problem(accelerator, problem)
+    if problem is not None:
+        raise SetupError(problem)
 
 
 _SAME_RUN_SECTIONS = ("model", "policy", "env")
@@ -660,7 +811,9 @@ def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> No
     ds_config["gradient_clipping"] = cfg.ppo.max_grad_norm
 
 
-def _resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator) -> str:
+def _resolved_config_yaml(
+    cfg: TrainingRunConfig, accelerator: Accelerator, num_updates: int
+) -> str:
     """The run's config, plus a `launch` section recording how it was started."""
     launch = {
         "world_size": accelerator.num_processes,
@@ -673,7 +826,7 @@ def _resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator) -> s
         ),
         "mixed_precision": str(accelerator.mixed_precision),
         "device": str(accelerator.device.type),
-        "num_updates": cfg.num_updates,
+        "num_updates": num_updates,
         "frames_per_update": cfg.frames_per_update,
         "command": " ".join(sys.argv),
     }
