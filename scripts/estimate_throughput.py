@@ -107,7 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     measured.add_argument(
         "--calibrate-hours", type=float, help="measured hours for --frames frames"
     )
-    speed.add_argument("--calibrate-peak-tflops", type=float, help="peak of the measuring device")
+    speed.add_argument(
+        "--calibrate-peak-tflops",
+        type=float,
+        help="peak of the measuring device (default: the projected device's peak)",
+    )
     speed.add_argument("--calibrate-devices", type=int, default=1)
     speed.add_argument(
         "--calibrate-envs", type=int, help="envs of the measured run (default --envs)"
@@ -118,8 +122,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     calibrating = args.calibrate_seconds_per_update is not None or args.calibrate_hours is not None
     if calibrating and args.mfu:
         parser.error("give --mfu or a calibration (--calibrate-...), not both")
-    if calibrating and args.calibrate_peak_tflops is None:
-        parser.error("a calibration needs --calibrate-peak-tflops (the measuring device's peak)")
     if not calibrating and (args.calibrate_peak_tflops or args.calibrate_envs):
         parser.error(
             "--calibrate-peak-tflops/--calibrate-envs need --calibrate-seconds-per-update "
@@ -184,16 +186,15 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     flops = step_flops(shape, workload)
     memory = estimate_memory(shape, workload, args.devices, args.zero_stage)
     frames = int(args.frames)
-    calibration = None
+    calibration, measuring_peak = None, peak
     if args.calibrate_seconds_per_update is not None or args.calibrate_hours is not None:
         measured = WorkloadConfig(**{**asdict(workload), "envs": args.calibrate_envs or args.envs})
         measured_flops = step_flops(shape, measured)
         seconds = args.calibrate_seconds_per_update or seconds_per_update_from_hours(
             args.calibrate_hours, frames, measured.frames_per_update
         )
-        calibration = calibrate(
-            measured_flops, seconds, args.calibrate_peak_tflops * 1e12, args.calibrate_devices
-        )
+        measuring_peak = args.calibrate_peak_tflops * 1e12 if args.calibrate_peak_tflops else peak
+        calibration = calibrate(measured_flops, seconds, measuring_peak, args.calibrate_devices)
         mfus = [calibration.mfu]
     else:
         mfus = args.mfu or list(DEFAULT_MFUS)
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             **asdict(calibration),
             "envs": args.calibrate_envs or args.envs,
             "devices": args.calibrate_devices,
-            "peak_tflops_per_device": args.calibrate_peak_tflops,
+            "peak_tflops_per_device": measuring_peak / 1e12,
         }
     return {
         "model": {**asdict(shape), "parameters": count_parameters(shape)},

@@ -412,7 +412,6 @@ def _load_script():
         (["--model", "gpt-17"], "unknown model 'gpt-17'"),
         (["--mfu", "1.5"], "mfu must be in (0, 1]"),
         (["--lora-targets", "attn"], "LoRA target 'attn'"),
-        (["--calibrate-hours", "20"], "needs --calibrate-peak-tflops"),
         (["--cpu-cores", "2", "--hardware", "cpu"], "needs all of --cpu-cores, --cpu-ghz"),
         (["--full", "--lora-rank", "4"], "not allowed with argument"),
     ],
@@ -425,6 +424,19 @@ def test_script_errors_in_process(
         sys.exit(script.main(args))
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_script_calibrates_on_the_projected_device_by_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A run of 1.5M frames in 20 hours on 8 devices, projected on the same 8 devices: 20 hours.
+    script = _load_script()
+    assert (
+        script.main(["--devices", "8", "--calibrate-devices", "8", "--calibrate-hours", "20"]) == 0
+    )
+    output = capsys.readouterr().out
+    assert "8 device(s) of 19.5 TFLOP/s peak" in output
+    assert "| 20 |" in output
 
 
 def test_script_cpu_peak_from_cores(capsys: pytest.CaptureFixture[str]) -> None:
