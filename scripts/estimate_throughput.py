@@ -1,6 +1,7 @@
 """Project FLOPs, memory and wall time of a PPO run on given hardware (no model is loaded).
 
-    # the embedded model with LoRA on one CPU: the peak must be given (cores x GHz x FLOPs/cycle)
+    # one CPU, the embedded model with LoRA: give the peak as cores x GHz x FLOPs per cycle
+    # (example figures: read your CPU's own), or as --peak-tflops
     python scripts/estimate_throughput.py --model smollm2-135m --hardware cpu \
         --cpu-cores 2 --cpu-ghz 2.8 --cpu-flops-per-cycle 64 --envs 8 --frames-per-env 32 \
         --epochs 2 --prompt-tokens 60 --candidates 3 --mfu 0.05
