@@ -483,8 +483,6 @@ class Training:
 def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Training:
     """Check the layout and the run folder, pick and check the checkpoint to resume (before any
     model is loaded), build envs, policy, optimizer and logs, and restore the checkpoint."""
-    from glam.policy.llm_policy import CheckpointError
-
     world, rank = accelerator.num_processes, accelerator.process_index
     _check_layout(cfg, world)
     problem = None
