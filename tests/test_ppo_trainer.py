@@ -31,6 +31,7 @@ from glam.config import (
     TrainConfig,
     TrainingRunConfig,
 )
+from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.checkpoint import (
     CheckpointWriteError,
@@ -115,7 +116,7 @@ def test_env_runner_reports_ended_episodes_and_restarts_history() -> None:
 
 
 def test_env_runner_records_finished_episodes_as_demonstrations(tmp_path) -> None:
-    from glam.bc.demos import load_demos, write_demos
+    from glam.demos import load_demos, write_demos
 
     cfg = tiny_config()
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=2, seed=5)
@@ -294,16 +295,18 @@ def test_latest_pointer_to_a_missing_checkpoint_is_an_error(tmp_path: Path) -> N
         latest_checkpoint(tmp_path)
 
 
-def _rollout_batch(cfg: TrainingRunConfig, accelerator: Accelerator):
-    from glam.policy.llm_policy import LLMActorCritic
-
+def _rollout_batch(
+    cfg: TrainingRunConfig, accelerator: Accelerator, *, lr: float = 0.0, sample_seed: int = 0
+):
+    """A tiny policy (drawn with seed 0, SGD at `lr`) and one rollout of `cfg` with its GAE."""
     torch.manual_seed(0)
     policy = LLMActorCritic.from_config(cfg.model, cfg.policy, NAV)
-    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=lr)
     model, optimizer = accelerator.prepare(policy, optimizer)
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=cfg.env.num_envs, seed=0)
     runner.reset()
     buffer = RolloutBuffer(cfg.ppo.frames_per_env, cfg.env.num_envs)
+    torch.manual_seed(sample_seed)
     stop = StopSignal()
     try:
         rollout = collect_rollout(model, runner, buffer, cfg, accelerator, stop)
@@ -350,37 +353,17 @@ def test_bf16_rollout_first_ratio_drifts_without_the_recompute(accelerator: Acce
 
 
 def _trainable_after_one_update(cfg: TrainingRunConfig, micro: int | None) -> list[torch.Tensor]:
-    from glam.policy.llm_policy import LLMActorCritic
-
     accelerator = Accelerator(cpu=True)  # default: no accumulation; ppo_update sets its own
-    torch.manual_seed(0)
-    policy = LLMActorCritic.from_config(cfg.model, cfg.policy, NAV)
     # SGD: the weights move by exactly lr * the accumulated gradient, nothing magnifies noise.
-    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
-    model, optimizer = accelerator.prepare(policy, optimizer)
-    runner = EnvRunner(cfg.env, cfg.policy, num_envs=cfg.env.num_envs, seed=0)
-    runner.reset()
-    buffer = RolloutBuffer(cfg.ppo.frames_per_env, cfg.env.num_envs)
-    torch.manual_seed(1)
-    stop = StopSignal()
-    try:
-        rollout = collect_rollout(model, runner, buffer, cfg, accelerator, stop)
-    finally:
-        stop.restore()
-    advantages, returns = compute_gae(
-        buffer.rewards,
-        buffer.values,
-        buffer.dones,
-        rollout.last_values,
-        gamma=0.99,
-        gae_lambda=0.95,
+    model, optimizer, buffer, advantages, returns = _rollout_batch(
+        cfg, accelerator, lr=0.1, sample_seed=1
     )
     ppo = PPOConfig(
         frames_per_env=cfg.ppo.frames_per_env, minibatch_size=64, micro_batch_size=micro, epochs=2
     )
     torch.manual_seed(2)  # the same minibatch order in both calls
     ppo_update(model, optimizer, buffer.transitions(advantages, returns), ppo, accelerator, False)
-    return [p.detach().clone() for p in policy.parameters() if p.requires_grad]
+    return [p.detach().clone() for p in model.parameters() if p.requires_grad]
 
 
 def test_micro_batches_accumulate_into_one_step_per_minibatch() -> None:
@@ -391,8 +374,6 @@ def test_micro_batches_accumulate_into_one_step_per_minibatch() -> None:
     whole = _trainable_after_one_update(cfg, None)
     chunked = _trainable_after_one_update(cfg, 16)
     torch.manual_seed(0)
-    from glam.policy.llm_policy import LLMActorCritic
-
     start = [p for p in LLMActorCritic.from_config(cfg.model, cfg.policy, NAV).parameters()]
     moved = max((a - s).abs().max().item() for a, s in zip(whole, start, strict=True))
     assert moved > 1e-3  # far above the tolerance: four steps instead of two would show
@@ -403,7 +384,6 @@ def test_micro_batches_accumulate_into_one_step_per_minibatch() -> None:
 
 def test_time_outs_are_bootstrapped_from_their_final_observation(accelerator: Accelerator) -> None:
     from babyai_text import TextVectorEnv
-    from glam.policy.llm_policy import LLMActorCritic
 
     cfg = tiny_config()
     torch.manual_seed(0)

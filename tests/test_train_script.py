@@ -133,7 +133,7 @@ def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> Non
 
 
 def test_saved_rollouts_are_a_demonstrations_dataset(finished_run: Path) -> None:
-    from glam.bc.demos import demo_metadata, load_demos
+    from glam.demos import demo_metadata, load_demos
 
     rollouts = load_demos(finished_run / "rollouts")
     episodes = sum(float(row["charts/episodes"] or 0) for row in _metric_rows(finished_run))

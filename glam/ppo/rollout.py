@@ -167,7 +167,7 @@ class EnvRunner:
         return rewards, dones, episodes
 
     def _finish_episode(self, i: int, episode: dict[str, Any]) -> None:
-        """Turn env i's decisions into rows of the demonstrations format (`glam.bc.demos`)."""
+        """Turn env i's decisions into rows of the demonstrations format (`glam.demos`)."""
         for step, decision in enumerate(self._pending[i]):
             self._records.append(
                 {
