@@ -268,7 +268,6 @@ def collect_rollout(
             if episode is not None:
                 episodes.add(episode)
         if stop.requested(accelerator):
-            runner.pop_records()  # decisions of a dropped rollout belong to no update
             return None
     return Rollout(last_values, episodes, time.perf_counter() - start)
 
