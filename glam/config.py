@@ -148,6 +148,10 @@ class PolicyConfig:
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
     prompt_format: str = "glam"
     """`glam`: the original text format; `chat`: the model's chat template around it."""
+    kind: str = "llm"
+    """The agent: `llm` (a language model scores the actions; the rest of this section and
+    `model` apply), `symbolic` (BabyAI's convolutional actor-critic on the grid, section
+    `symbolic`) or `drrn` (a text Q-learner trained from scratch, section `drrn`)."""
     temperature: float = 5.0
     """The policy is softmax(scores / temperature). GLAM's is 1 (`glam_paper`). The default 5
     flattens a prior that a small model concentrates on a few actions (SmolLM2-135M gives
@@ -155,6 +159,7 @@ class PolicyConfig:
     rewarded for, the others."""
 
     def __post_init__(self) -> None:
+        _check_choice("policy.kind", self.kind, ("llm", "symbolic", "drrn"))
         _check_choice("policy.head", self.head, ("scoring", "action_heads"))
         if not self.temperature > 0:
             raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
@@ -163,6 +168,99 @@ class PolicyConfig:
             "policy.value_activation", self.value_activation, ("sigmoid", "relu", "tanh", "gelu")
         )
         _check_choice("policy.prompt_format", self.prompt_format, ("glam", "chat"))
+
+
+@dataclass
+class SymbolicConfig:
+    """BabyAI's actor-critic on minigrid's symbolic observation (`policy.kind=symbolic`): the
+    7x7x3 egocentric grid through a convolutional encoder, the mission through a GRU over its
+    words, FiLM layers conditioning the image features on the mission, and actor and critic
+    MLPs (Chevalier-Boisvert et al. 2019). Without BabyAI's optional LSTM memory: each step sees
+    the current view, which the GoTo levels need."""
+
+    image_dim: int = 128
+    """Channels of the image encoder and of the FiLM layers."""
+    instr_dim: int = 128
+    """Word embedding and mission GRU width."""
+    film_layers: int = 2
+    """FiLM-conditioned convolutional blocks."""
+    hidden_dim: int = 64
+    """Hidden width of the actor and critic MLPs."""
+    vocabulary_buckets: int = 1024
+    """Words are hashed (crc32) into this many embedding rows: no vocabulary file, the same ids
+    on every process, and paraphrased or translated missions still encode."""
+
+    def __post_init__(self) -> None:
+        for name in ("image_dim", "instr_dim", "film_layers", "hidden_dim"):
+            _check_positive(f"symbolic.{name}", getattr(self, name))
+        if self.vocabulary_buckets < 2:
+            raise ValueError(
+                f"symbolic.vocabulary_buckets must be >= 2, got {self.vocabulary_buckets}"
+            )
+
+
+@dataclass
+class DRRNConfig:
+    """The Deep Reinforcement Relevance Network (He et al. 2016; `policy.kind=drrn`): GRU
+    encoders of the prompt and of each action string, Q(s, a) from their joint features, TD
+    learning from a replay buffer with a target network, trained from scratch on the same
+    BabyAI-Text prompts as the LLM."""
+
+    embedding_dim: int = 64
+    """Word embedding width (words hashed into `vocabulary_buckets` rows)."""
+    hidden_dim: int = 128
+    """Width of the GRU encoders and of the Q MLP."""
+    vocabulary_buckets: int = 4096
+    """Embedding rows words are hashed into (crc32; no vocabulary file)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor of the TD target."""
+    replay_size: int = 50_000
+    """Transitions kept in the replay buffer (oldest dropped first)."""
+    batch_size: int = 64
+    """Transitions per TD gradient step."""
+    learning_starts: int = 500
+    """Frames collected before the first gradient step."""
+    updates_per_step: float = 0.25
+    """TD gradient steps per frame collected (0.25: one step per 4 frames)."""
+    target_update_every: int = 250
+    """Gradient steps between copies of the online network into the target network."""
+    exploration: str = "softmax"
+    """`softmax`: sample from softmax(Q / temperature) (He et al.); `epsilon`: epsilon-greedy."""
+    temperature: float = 1.0
+    """Softmax exploration temperature."""
+    epsilon_start: float = 1.0
+    """Epsilon-greedy: epsilon at the start."""
+    epsilon_end: float = 0.05
+    """Epsilon-greedy: epsilon after `epsilon_decay_frames`."""
+    epsilon_decay_frames: int = 20_000
+    """Epsilon-greedy: frames of linear decay."""
+    max_grad_norm: float = 5.0
+    """Gradient norm clip."""
+    log_every: int = 1024
+    """Frames between two rows of metrics.csv (an "update" of a DRRN run)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "embedding_dim",
+            "hidden_dim",
+            "lr",
+            "replay_size",
+            "batch_size",
+            "target_update_every",
+            "temperature",
+            "max_grad_norm",
+            "log_every",
+        ):
+            _check_positive(f"drrn.{name}", getattr(self, name))
+        _check_choice("drrn.exploration", self.exploration, ("softmax", "epsilon"))
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"drrn.gamma must be in [0, 1], got {self.gamma}")
+        if self.updates_per_step < 0 or self.learning_starts < 0:
+            raise ValueError("drrn.updates_per_step and drrn.learning_starts must be >= 0")
+        if self.vocabulary_buckets < 2:
+            raise ValueError(f"drrn.vocabulary_buckets must be >= 2, got {self.vocabulary_buckets}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,6 +419,12 @@ class TrainConfig:
     """Also log to Weights & Biases (needs `pip install wandb`)."""
     wandb_project: str = "glam"
     """Weights & Biases project."""
+    probe_every: int = 0
+    """Every this many updates, score GLAM's fixed probe prompts (`glam.probe`) and append the
+    action probabilities to probe.csv (LLM policies; 0: off)."""
+    label: str = ""
+    """Name of the run's variant in comparisons (`scripts/compare_runs.py` groups runs by it);
+    empty: the preset's name (`--config-name`), written into the run's config.yaml."""
 
     def __post_init__(self) -> None:
         _check_positive("train.total_frames", self.total_frames)
@@ -333,6 +437,8 @@ class TrainConfig:
             raise ValueError("train.save_every and train.keep_checkpoints must be >= 0")
         if self.torch_threads is not None:
             _check_positive("train.torch_threads", self.torch_threads)
+        if self.probe_every < 0:
+            raise ValueError(f"train.probe_every must be >= 0, got {self.probe_every}")
         if self.resume_from:
             self.resume = True
 
@@ -351,6 +457,10 @@ class TrainingRunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    symbolic: SymbolicConfig = field(default_factory=SymbolicConfig)
+    """The symbolic agent's network (`policy.kind=symbolic`; unused otherwise)."""
+    drrn: DRRNConfig = field(default_factory=DRRNConfig)
+    """The DRRN agent and its TD learning (`policy.kind=drrn`; unused otherwise)."""
 
     @property
     def frames_per_update(self) -> int:

@@ -1,0 +1,95 @@
+"""What a policy reads at each step, batched over environments.
+
+The PPO trainer never looks inside: it stores a step's observations, selects and concatenates
+them into minibatches, and calls `model(**observations.inputs())`. A text policy (the LLM)
+reads `TextObservations`; BabyAI's symbolic agent reads `GridObservations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class TextObservations:
+    """One prompt and one list of candidate action strings per env."""
+
+    prompts: list[str]
+    candidates: list[list[str]]
+
+    kind = "text"
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def select(self, positions: Sequence[int]) -> TextObservations:
+        """The observations at `positions`, in that order."""
+        return TextObservations(
+            [self.prompts[i] for i in positions], [self.candidates[i] for i in positions]
+        )
+
+    @classmethod
+    def cat(cls, parts: Sequence[TextObservations]) -> TextObservations:
+        """The parts one after the other."""
+        return cls(
+            [p for part in parts for p in part.prompts],
+            [c for part in parts for c in part.candidates],
+        )
+
+    def inputs(self) -> dict[str, Any]:
+        """The policy's keyword arguments (`LLMActorCritic.forward`)."""
+        return {"prompts": self.prompts, "candidates": self.candidates}
+
+
+@dataclass
+class GridObservations:
+    """minigrid's symbolic observation of each env: the egocentric view and the mission."""
+
+    images: torch.Tensor
+    """`(B, 7, 7, 3)` uint8: minigrid's encoding (object, colour, state) of each visible cell,
+    indexed `[x, y]` with the agent at the bottom centre facing up."""
+    directions: torch.Tensor
+    """`(B,)` long: the agent's absolute direction (0: east, 1: south, 2: west, 3: north)."""
+    missions: list[str]
+    """The mission text."""
+
+    kind = "grid"
+
+    def __len__(self) -> int:
+        return len(self.missions)
+
+    def select(self, positions: Sequence[int]) -> GridObservations:
+        index = torch.as_tensor(list(positions), dtype=torch.long)
+        return GridObservations(
+            self.images[index], self.directions[index], [self.missions[i] for i in positions]
+        )
+
+    @classmethod
+    def cat(cls, parts: Sequence[GridObservations]) -> GridObservations:
+        return cls(
+            torch.cat([part.images for part in parts]),
+            torch.cat([part.directions for part in parts]),
+            [m for part in parts for m in part.missions],
+        )
+
+    @classmethod
+    def from_minigrid(cls, observations: Sequence[dict[str, Any]]) -> GridObservations:
+        """From minigrid observation dicts (`image`, `direction`, `mission`)."""
+        return cls(
+            torch.as_tensor(np.stack([obs["image"] for obs in observations]), dtype=torch.uint8),
+            torch.as_tensor([int(obs["direction"]) for obs in observations], dtype=torch.long),
+            [obs["mission"] for obs in observations],
+        )
+
+    def inputs(self) -> dict[str, Any]:
+        """The policy's keyword arguments (`SymbolicActorCritic.forward`)."""
+        return {"images": self.images, "directions": self.directions, "missions": self.missions}
+
+
+Observations = TextObservations | GridObservations
+"""What the trainer stores and replays, whatever the policy."""
