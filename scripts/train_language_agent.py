@@ -72,6 +72,7 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     broadcast_object_list(output_dir)
     run_dir = Path(output_dir[0]).resolve()
     cfg.train.output_dir = str(run_dir)
+    cfg.train.label = cfg.train.label or config_name
     accelerator.print(f"[glam] run folder {run_dir}, {describe(accelerator)}")
 
     try:

@@ -49,8 +49,7 @@ def fixed_batch() -> Transitions:
     advantages = torch.randn(n, generator=generator)
     advantages[n // 2 :] = 3.0 * advantages[n // 2 :] + 1.0  # rank 1's share: other statistics
     return Transitions(
-        prompts=runner.prompts(),
-        candidates=runner.candidates(),
+        observations=runner.observations(),
         actions=torch.randint(0, len(runner.action_words), (n,), generator=generator),
         logprobs=torch.zeros(n),  # recomputed by the update
         values=torch.zeros(n),

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from glam.policy.observations import TextObservations
 from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.gae import compute_gae
 from glam.ppo.losses import explained_variance, normalize_advantages, ppo_loss
@@ -210,8 +211,7 @@ def test_rollout_buffer_flattens_step_major() -> None:
     buffer = RolloutBuffer(num_steps=2, num_envs=3)
     for t in range(2):
         buffer.add(
-            [f"p{t}{i}" for i in range(3)],
-            [["a", "b"]] * 3,
+            TextObservations([f"p{t}{i}" for i in range(3)], [["a", "b"]] * 3),
             torch.tensor([t, 1, 0]),
             torch.full((3,), -0.5),
             torch.arange(3.0) + 10 * t,
@@ -220,10 +220,10 @@ def test_rollout_buffer_flattens_step_major() -> None:
         )
     assert buffer.full
     with pytest.raises(IndexError):
-        buffer.add(["x"] * 3, [["a"]] * 3, *[torch.zeros(3)] * 5)
+        buffer.add(TextObservations(["x"] * 3, [["a"]] * 3), *[torch.zeros(3)] * 5)
     batch = buffer.transitions(torch.zeros(2, 3), torch.ones(2, 3))
-    assert batch.prompts == ["p00", "p01", "p02", "p10", "p11", "p12"]
+    assert batch.observations.prompts == ["p00", "p01", "p02", "p10", "p11", "p12"]
     assert batch.values.tolist() == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
     minibatch = batch.select(torch.tensor([4, 0]))
-    assert minibatch.prompts == ["p11", "p00"]
+    assert minibatch.observations.prompts == ["p11", "p00"]
     assert minibatch.actions.tolist() == [1, 0]

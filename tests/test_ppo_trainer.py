@@ -414,7 +414,7 @@ def test_time_outs_are_bootstrapped_from_their_final_observation(accelerator: Ac
     torch.testing.assert_close(off.logprobs, on.logprobs, rtol=0, atol=1e-5)
     # Each bootstrap value is the value of the episode's last prompt (history + final view).
     step, env = map(int, truncated.nonzero()[0])
-    assert on.prompts[step][env].count("Observation") <= cfg.env.nbr_obs
+    assert on.observations[step].prompts[env].count("Observation") <= cfg.env.nbr_obs
     final_runner = EnvRunner(cfg.env, cfg.policy, num_envs=4, seed=3)
     final_runner.envs = TextVectorEnv(
         cfg.env.name, 4, seed=3, action_space=resolve_action_space("nav"), max_steps=3
@@ -423,7 +423,9 @@ def test_time_outs_are_bootstrapped_from_their_final_observation(accelerator: Ac
     for t in range(step + 1):
         final_runner.step(on.actions[t].tolist())
     prompt = final_runner.final_prompts[env]
-    assert prompt is not None and prompt.startswith(on.prompts[step][env].split("Observation")[0])
+    assert prompt is not None and prompt.startswith(
+        on.observations[step].prompts[env].split("Observation")[0]
+    )
     with torch.no_grad():
         value = policy([prompt], [NAV]).values.float()
     torch.testing.assert_close(on.final_values[step, env], value[0], rtol=1e-5, atol=1e-5)

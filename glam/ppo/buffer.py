@@ -6,17 +6,17 @@ from dataclasses import dataclass
 
 import torch
 
+from glam.policy.observations import Observations
+
 
 @dataclass
 class Transitions:
     """A flat batch of transitions, indexable by a tensor of positions (a minibatch)."""
 
-    prompts: list[str]
-    """Prompt shown to the policy."""
-    candidates: list[list[str]]
-    """Action strings it chose among."""
+    observations: Observations
+    """What the policy saw (prompts and candidates, or grids), one per transition."""
     actions: torch.Tensor
-    """`(batch,)` index of the chosen candidate."""
+    """`(batch,)` index of the chosen action."""
     logprobs: torch.Tensor
     """`(batch,)` log-probability of the chosen action under the rollout policy."""
     values: torch.Tensor
@@ -27,14 +27,12 @@ class Transitions:
     """`(batch,)` value targets (advantages + values)."""
 
     def __len__(self) -> int:
-        return len(self.prompts)
+        return len(self.observations)
 
     def select(self, index: torch.Tensor) -> Transitions:
         """The transitions at `index` (a 1-D tensor of positions), in that order."""
-        positions = index.tolist()
         return Transitions(
-            prompts=[self.prompts[i] for i in positions],
-            candidates=[self.candidates[i] for i in positions],
+            observations=self.observations.select(index.tolist()),
             actions=self.actions[index],
             logprobs=self.logprobs[index],
             values=self.values[index],
@@ -46,15 +44,15 @@ class Transitions:
 class RolloutBuffer:
     """Fixed-size storage for `num_steps` steps of `num_envs` environments.
 
-    Tensors are `(steps, envs)` on the CPU (text does not go to an accelerator, and the
-    per-step tensors are tiny next to one LLM forward).
+    Tensors are `(steps, envs)` on the CPU (observations are text or small grids, and the
+    per-step tensors are tiny next to one policy forward).
     """
 
     def __init__(self, num_steps: int, num_envs: int) -> None:
         self.num_steps = num_steps
         self.num_envs = num_envs
-        self.prompts: list[list[str]] = [[] for _ in range(num_steps)]
-        self.candidates: list[list[list[str]]] = [[] for _ in range(num_steps)]
+        self.observations: list[Observations | None] = [None] * num_steps
+        """Per step, the observations of every env."""
         shape = (num_steps, num_envs)
         self.actions = torch.zeros(shape, dtype=torch.long)
         self.logprobs = torch.zeros(shape)
@@ -68,8 +66,7 @@ class RolloutBuffer:
 
     def add(
         self,
-        prompts: list[str],
-        candidates: list[list[str]],
+        observations: Observations,
         actions: torch.Tensor,
         logprobs: torch.Tensor,
         values: torch.Tensor,
@@ -79,11 +76,10 @@ class RolloutBuffer:
         """Store one step: what each env's policy saw, chose and got. Tensors are `(envs,)`."""
         if self.step >= self.num_steps:
             raise IndexError(f"rollout buffer is full ({self.num_steps} steps)")
-        if len(prompts) != self.num_envs or len(candidates) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} prompts and candidate lists")
+        if len(observations) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} observations, got {len(observations)}")
         t = self.step
-        self.prompts[t] = list(prompts)
-        self.candidates[t] = [list(c) for c in candidates]
+        self.observations[t] = observations
         self.actions[t] = actions.detach().to("cpu", torch.long)
         self.logprobs[t] = logprobs.detach().to("cpu", torch.float32)
         self.values[t] = values.detach().to("cpu", torch.float32)
@@ -105,9 +101,9 @@ class RolloutBuffer:
         """All stored steps as one flat batch, step-major (`t * num_envs + env`)."""
         if not self.full:
             raise RuntimeError(f"rollout buffer holds {self.step} of {self.num_steps} steps")
+        first = self.observations[0]
         return Transitions(
-            prompts=[p for step in self.prompts for p in step],
-            candidates=[c for step in self.candidates for c in step],
+            observations=type(first).cat(self.observations),
             actions=self.actions.reshape(-1),
             logprobs=self.logprobs.reshape(-1),
             values=self.values.reshape(-1),

@@ -1,8 +1,9 @@
-"""The local environments, each with its prompt history: prompts in, actions out.
+"""The local environments, each with its prompt history: observations in, actions out.
 
-`EnvRunner` turns `babyai_text.TextVectorEnv` into what a text policy needs at each step (one
-prompt and one candidate list per env), applies the chosen actions, keeps the histories in step
-with same-step auto-reset, and reports the episodes that ended.
+`EnvRunner` turns `babyai_text.TextVectorEnv` into what the policy needs at each step: for a
+text policy one prompt and one candidate list per env, for a grid policy minigrid's symbolic
+view and the mission (`glam.policy.observations`). It applies the chosen actions, keeps the
+histories in step with same-step auto-reset, and reports the episodes that ended.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from babyai_text import ActionSpace, TextVectorEnv
 from glam.config import EnvConfig, PolicyConfig
+from glam.policy.observations import GridObservations, Observations, TextObservations
 from glam.policy.prompts import PromptHistory
 
 SEEDS_PER_RANK = 1_000_000
@@ -72,6 +74,7 @@ class EnvRunner:
         num_envs: int,
         seed: int,
         tokenizer: Any = None,
+        observation_kind: str = "text",
     ) -> None:
         """
         Args:
@@ -80,7 +83,12 @@ class EnvRunner:
             num_envs: environments stepped by this process.
             seed: base of the episode seed schedule (see `env_seed`).
             tokenizer: the model's tokenizer, for the `chat` prompt format.
+            observation_kind: what `observations()` returns: `text` (prompts and candidates)
+                or `grid` (minigrid's symbolic view and the mission).
         """
+        if observation_kind not in ("text", "grid"):
+            raise ValueError(f"observation_kind={observation_kind!r} is not 'text' or 'grid'")
+        self.observation_kind = observation_kind
         self.envs = TextVectorEnv(
             env_cfg.name,
             num_envs,
@@ -100,9 +108,12 @@ class EnvRunner:
         """Keep every decision (prompt, action) of the episodes played, for `pop_records`."""
         self._pending: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self._records: list[dict[str, Any]] = []
+        self._observations: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        """The current minigrid observation of each env (the grid policy's input)."""
         self.final_prompts: list[str | None] = [None] * num_envs
         """Per env, after `step`: the prompt of the final observation of an episode that the
         time limit cut at that step (to bootstrap its value), else None."""
+        self._final_observations: list[dict[str, Any] | None] = [None] * num_envs
 
     def reset(self) -> None:
         """Start a new episode in every env (at the next seeds of the schedule)."""
@@ -115,6 +126,7 @@ class EnvRunner:
         self.histories[i].reset()
         self.histories[i].add_observation(info["descriptions"])
         self.missions[i] = obs["mission"]
+        self._observations[i] = obs
 
     def prompts(self) -> list[str]:
         """The current prompt of every env."""
@@ -133,6 +145,24 @@ class EnvRunner:
         """The action strings each env's policy chooses among."""
         return [self.action_words] * self.num_envs
 
+    def observations(self) -> Observations:
+        """What the policy reads in every env now."""
+        if self.observation_kind == "grid":
+            return GridObservations.from_minigrid(self._observations)
+        return TextObservations(self.prompts(), self.candidates())
+
+    def final_observations(self) -> tuple[list[int], Observations | None]:
+        """After `step`: the envs whose episode the time limit cut at that step, and what the
+        policy would read in their final state (to bootstrap its value); `([], None)` if none."""
+        envs = [i for i, prompt in enumerate(self.final_prompts) if prompt is not None]
+        if not envs:
+            return [], None
+        if self.observation_kind == "grid":
+            return envs, GridObservations.from_minigrid([self._final_observations[i] for i in envs])
+        return envs, TextObservations(
+            [self.final_prompts[i] for i in envs], [self.action_words] * len(envs)
+        )
+
     def step(
         self, actions: list[int]
     ) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any] | None]]:
@@ -150,11 +180,13 @@ class EnvRunner:
         dones = terminated | truncated
         episodes: list[dict[str, Any] | None] = []
         self.final_prompts = [None] * self.num_envs
+        self._final_observations = [None] * self.num_envs
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
             if truncated[i] and not terminated[i]:
                 self.histories[i].add_action(self.action_words[actions[i]])
                 self.histories[i].add_observation(info["final_info"]["descriptions"])
                 self.final_prompts[i] = self._prompt(i)
+                self._final_observations[i] = info["final_obs"]
             if dones[i]:
                 episodes.append(info["episode"])
                 if self.recording:
@@ -164,6 +196,7 @@ class EnvRunner:
                 episodes.append(None)
                 self.histories[i].add_action(self.action_words[actions[i]])
                 self.histories[i].add_observation(info["descriptions"])
+                self._observations[i] = obs
         return rewards, dones, episodes
 
     def _finish_episode(self, i: int, episode: dict[str, Any]) -> None:
@@ -216,7 +249,7 @@ def play_episodes(
     runner.reset()
     results: list[dict[str, Any] | None] = [None] * runner.num_envs
     while any(result is None for result in results):
-        output = policy(runner.prompts(), runner.candidates())
+        output = policy(**runner.observations().inputs())
         actions = output.logits.argmax(-1) if greedy else output.dist.sample()
         _, _, episodes = runner.step(actions.tolist())
         for i, episode in enumerate(episodes):

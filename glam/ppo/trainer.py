@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,12 +145,14 @@ def train(
     accelerator: Accelerator,
     run_dir: Path,
     stop: StopSignal | None = None,
+    make_policy: PolicyFactory | None = None,
 ) -> TrainResult:
     """Run (or resume) PPO until `train.total_frames`, a stop signal, or divergence.
 
     The run stops after the first update that brings the frames (over every session of the run,
     whatever `ppo.frames_per_env` each used) to `train.total_frames` or past it. `stop` records
-    stop signals; without it, one is installed for the call only.
+    stop signals; without it, one is installed for the call only. `make_policy` builds the
+    actor-critic (see `PolicyFactory`); by default the language-model policy of `cfg`.
 
     Raises:
         SetupError: the run cannot start (message says why).
@@ -161,7 +164,7 @@ def train(
     stop = StopSignal() if stop is None else stop
     t = None
     try:
-        t = build_training(cfg, accelerator, run_dir)
+        t = build_training(cfg, accelerator, run_dir, make_policy)
         checkpoint = t.resumed_from
         start_time = time.perf_counter() - t.state.elapsed_seconds
         t.runner.reset()
@@ -234,36 +237,35 @@ def collect_rollout(
     model.eval()
     buffer.reset()
     episodes = EpisodeStats()
-    # Final observations of time-outs (step, env, prompt) ride along with the next forward pass,
-    # so every process runs the same number of forwards (ZeRO-3 gathers weights in each).
-    finals: list[tuple[int, int, str]] = []
+    # Final observations of time-outs ride along with the next forward pass, so every process
+    # runs the same number of forwards (ZeRO-3 gathers weights in each).
+    final_envs: list[int] = []
+    finals = None
     for t in range(buffer.num_steps + 1):
-        prompts, candidates = runner.prompts(), runner.candidates()
-        batch = model(prompts + [f[2] for f in finals], candidates + candidates[:1] * len(finals))
+        observations = runner.observations()
+        inputs = observations if finals is None else type(observations).cat([observations, finals])
+        batch = model(**inputs.inputs())
         _raise_if_diverged(accelerator, not _finite(batch))
         values = batch.values.float().cpu()
-        for (step, env, _), value in zip(finals, values[len(prompts) :], strict=True):
-            buffer.final_values[step, env] = value
+        for env, value in zip(final_envs, values[len(observations) :], strict=True):
+            buffer.final_values[t - 1, env] = value
         if t == buffer.num_steps:
-            last_values = values[: len(prompts)]
+            last_values = values[: len(observations)]
             break
-        output = batch.rows(len(prompts))
+        output = batch.rows(len(observations))
         actions = output.dist.sample()
         rewards, dones, ended = runner.step(actions.tolist())
         buffer.add(
-            prompts,
-            candidates,
+            observations,
             actions,
             output.dist.log_prob(actions),
             output.values,
             torch.as_tensor(rewards) * cfg.env.reward_scale,
             torch.as_tensor(dones),
         )
-        finals = [
-            (t, env, prompt)
-            for env, prompt in enumerate(runner.final_prompts)
-            if prompt is not None and cfg.ppo.bootstrap_truncated
-        ]
+        final_envs, finals = (
+            runner.final_observations() if cfg.ppo.bootstrap_truncated else ([], None)
+        )
         for episode in ended:
             if episode is not None:
                 episodes.add(episode)
@@ -356,7 +358,7 @@ def _chunk_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Forward a micro-batch and return its PPO loss and stats (a NaN loss if the policy's
     outputs are not finite: the caller stops every process on it)."""
-    output = model(mb.prompts, mb.candidates)
+    output = model(**mb.observations.inputs())
     if not _finite(output):
         return torch.tensor(float("nan")), {}
     actions = mb.actions.to(device)
@@ -395,7 +397,7 @@ def _recompute_old_logprobs(
     for mb_index in order.split(minibatch):
         for chunk in mb_index.split(micro):
             mb = batch.select(chunk)
-            output = model(mb.prompts, mb.candidates)
+            output = model(**mb.observations.inputs())
             actions = mb.actions.to(output.values.device)
             batch.logprobs[chunk] = output.dist.log_prob(actions).float().cpu()
             batch.values[chunk] = output.values.float().cpu()
@@ -479,10 +481,22 @@ class Training:
         self.runner.close()
 
 
-def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Training:
+def build_training(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    run_dir: Path,
+    make_policy: PolicyFactory | None = None,
+) -> Training:
     """Check the layout and the run folder, pick and check the checkpoint to resume (before any
     model is loaded), build envs, policy, optimizer and logs, and restore the checkpoint."""
     world, rank = accelerator.num_processes, accelerator.process_index
+    if make_policy is None:
+        if cfg.policy.kind != "llm":
+            raise SetupError(
+                f"policy.kind={cfg.policy.kind!r} is a baseline: train it with "
+                "scripts/train_baseline.py (this trainer's default policy is the language model)"
+            )
+        make_policy = build_policy
     _check_layout(cfg, world)
     problem = None
     if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
@@ -496,11 +510,12 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
         _check_same_run(cfg, resume_from, world)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
     # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
-    with accelerator.main_process_first():  # one process converts the model, the others wait
-        prepare_model_cache(cfg.model.name_or_path)
+    if cfg.policy.kind == "llm":
+        with accelerator.main_process_first():  # one process converts the model, others wait
+            prepare_model_cache(cfg.model.name_or_path)
     set_seed(cfg.train.seed)
     try:
-        policy = build_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
+        policy = make_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
     except CheckpointError as error:  # a policy file the checks could not judge (its content)
         raise SetupError(f"cannot resume from {resume_from}: {error}") from None
     set_seed(cfg.train.seed, device_specific=True)
@@ -513,6 +528,7 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
             num_envs=local_envs,
             seed=env_seed(cfg.train.seed, rank),
             tokenizer=getattr(policy, "tokenizer", None),
+            observation_kind=getattr(policy, "observation_kind", "text"),
         )
     except ValueError as error:  # unknown level, action space or language
         raise SetupError(str(error)) from None
@@ -606,8 +622,17 @@ def build_training(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Pa
     )
 
 
+PolicyFactory = Callable[[TrainingRunConfig, "Path | None"], torch.nn.Module]
+"""Builds the actor-critic of a run: `(cfg, checkpoint)` -> module, restored from
+`checkpoint / "policy"` when resuming. The module maps a batch of observations
+(`observation_kind`: `text`, the default, or `grid`; passed as `model(**observations.inputs())`)
+to a `PolicyOutput` over its `action_words`, has `save_pretrained(folder)`, and raises
+`SetupError` or `CheckpointError` when it cannot be built."""
+
+
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
-    """The actor-critic of the config; with a checkpoint, its trained adapter and heads."""
+    """The language-model actor-critic of the config; with a checkpoint, its trained adapter
+    and heads (the default `PolicyFactory`)."""
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
     except ValueError as error:
@@ -758,7 +783,7 @@ def _raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
         raise SetupError(problem)
 
 
-_SAME_RUN_SECTIONS = ("model", "policy", "env")
+_SAME_RUN_SECTIONS = ("model", "policy", "env", "symbolic", "drrn")
 
 
 def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
@@ -775,6 +800,7 @@ def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> Non
     changed = [
         f"{section}.{key}: {saved[section][key]!r} -> {now[section][key]!r}"
         for section in _SAME_RUN_SECTIONS
+        if section in saved  # a section added after the checkpoint was written
         for key in now[section]
         if key in saved[section] and saved[section][key] != now[section][key]
     ]
