@@ -193,7 +193,20 @@ def test_layout_checks_name_the_problem() -> None:
         TrainingRunConfig(env=EnvConfig(num_envs=3), ppo=PPOConfig(frames_per_env=5))
 
 
-@pytest.mark.parametrize("preset", ["smollm2_lora_cpu", "glam_paper", "tiny"])
+TRAINING_PRESETS = sorted(
+    path.stem
+    for path in (Path(__file__).resolve().parent.parent / "configs").glob("*.yaml")
+    if "training_run_schema" in path.read_text()
+)
+
+
+def test_every_training_preset_is_checked() -> None:
+    assert {"smollm2_lora_cpu", "glam_paper", "tiny", "aflan", "npae", "symbolic_ppo"} <= set(
+        TRAINING_PRESETS
+    )
+
+
+@pytest.mark.parametrize("preset", TRAINING_PRESETS)
 def test_training_presets_are_valid_and_their_layout_holds(preset: str) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -206,6 +219,13 @@ def test_training_presets_are_valid_and_their_layout_holds(preset: str) -> None:
         cfg = OmegaConf.to_object(compose(preset))
     assert isinstance(cfg, TrainingRunConfig)
     _check_layout(cfg, world=1)
+
+
+def test_a_baseline_kind_needs_its_policy_factory(tmp_path: Path, accelerator: Accelerator) -> None:
+    cfg = tiny_config()
+    cfg.policy.kind = "symbolic"
+    with pytest.raises(SetupError, match="policy.kind='symbolic' is a baseline: train it with "):
+        train(cfg, accelerator, tmp_path / "run")
 
 
 def test_missing_model_and_bad_values_are_clear_errors() -> None:

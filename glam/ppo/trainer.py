@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from glam.ppo.checkpoint import (
     set_aside_after,
 )
 from glam.ppo.gae import compute_gae
+from glam.ppo.hooks import TrainerHook
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.losses import explained_variance, normalize_advantages, ppo_loss
 from glam.ppo.rollout import (
@@ -146,13 +147,15 @@ def train(
     run_dir: Path,
     stop: StopSignal | None = None,
     make_policy: PolicyFactory | None = None,
+    hooks: Sequence[TrainerHook] = (),
 ) -> TrainResult:
     """Run (or resume) PPO until `train.total_frames`, a stop signal, or divergence.
 
     The run stops after the first update that brings the frames (over every session of the run,
     whatever `ppo.frames_per_env` each used) to `train.total_frames` or past it. `stop` records
     stop signals; without it, one is installed for the call only. `make_policy` builds the
-    actor-critic (see `PolicyFactory`); by default the language-model policy of `cfg`.
+    actor-critic (see `PolicyFactory`); by default the language-model policy of `cfg`. `hooks`
+    join the loop at the points of `glam.ppo.hooks.TrainerHook`.
 
     Raises:
         SetupError: the run cannot start (message says why).
@@ -168,6 +171,8 @@ def train(
         checkpoint = t.resumed_from
         start_time = time.perf_counter() - t.state.elapsed_seconds
         t.runner.reset()
+        for hook in hooks:
+            hook.start(t)
         while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
             # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
             rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop)
@@ -205,6 +210,8 @@ def train(
                 "charts/update_fps": cfg.frames_per_update / update_seconds,
                 "charts/fps": cfg.frames_per_update / (rollout.seconds + update_seconds),
             }
+            for hook in hooks:
+                metrics |= hook.after_update(t, t.model, metrics)
             t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
             t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
             t.progress.print(_summary_line(t.state, t.num_updates, metrics))
