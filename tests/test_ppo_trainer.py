@@ -45,10 +45,12 @@ from glam.ppo.checkpoint import (
     save_checkpoint,
 )
 from glam.ppo.gae import compute_gae
+from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import EnvRunner, env_seed, resolve_action_space
 from glam.ppo.trainer import (
     SetupError,
     StopSignal,
+    Training,
     _check_layout,
     build_policy,
     build_training,
@@ -876,3 +878,40 @@ def test_a_failed_deepspeed_write_still_reaches_deepspeeds_barrier(tmp_path: Pat
     assert isinstance(engine.checkpoint_engine, _FakeCheckpointEngine)  # put back
     with pytest.raises(OSError):
         engine._copy_recovery_script(str(tmp_path))  # the class's method again
+
+
+class _CountingHook(TrainerHook):
+    """Records the calls it gets and reports the update number as a metric."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.updates: list[int] = []
+
+    def start(self, training: Training) -> None:
+        self.started += 1
+
+    def after_update(
+        self, training: Training, model: nn.Module, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        assert "losses/policy" in metrics  # called after the update, before logging
+        self.updates.append(training.state.update)
+        return {"hook/update_seen": float(training.state.update)}
+
+
+def test_hooks_are_called_at_their_points_and_their_metrics_are_logged(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    plain, hooked = tmp_path / "plain", tmp_path / "hooked"
+    for run_dir, hooks in ((plain, ()), (hooked, (hook := _CountingHook(),))):
+        cfg = tiny_config()
+        cfg.train.output_dir = str(run_dir)
+        train(cfg, accelerator, run_dir, hooks=hooks)
+    assert hook.started == 1 and hook.updates == [1, 2]
+    with (hooked / "metrics.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [float(row["hook/update_seen"]) for row in rows] == [1.0, 2.0]
+    # A hook that only reads leaves the run as it was: the same losses, update for update.
+    with (plain / "metrics.csv").open() as file:
+        plain_rows = list(csv.DictReader(file))
+    for a, b in zip(plain_rows, rows, strict=True):
+        assert a["losses/policy"] == b["losses/policy"] and a["losses/value"] == b["losses/value"]
