@@ -1,0 +1,845 @@
+"""Reading comparisons of training runs: curves over seeds, frames to thresholds, final success.
+
+Run folders (`scripts/train_language_agent.py`'s `train.output_dir`) are grouped by a label, by
+default `train.label` of their `config.yaml` (empty: the preset named by `--config-name` in
+`launch.command`, else the folder's name); the runs of one label are its seeds (`train.seed`).
+
+- **Smoothing.** `metrics.csv` has one row per update, whose success rate and return are over
+  the episodes that ended during that update's rollout (blank when none did). The smoothed
+  success after update u is the success rate of all the episodes that ended in updates
+  u - N + 1 .. u (a trailing window of N updates, each update weighted by its episodes, so an
+  update in which one episode ended counts for one episode); the smoothed return likewise.
+- **Curves.** Each run's smoothed curves are interpolated linearly onto a common grid of frames
+  (evenly spaced from the earliest first logged frame to the latest last one), never before the
+  run's first smoothed value nor after its last: a run says nothing past its last frame. A
+  group's curve is drawn where all of its seeds have a value: its mean over seeds and a 95%
+  Student-t interval over seeds (mean +- t(0.975, n - 1) * sd / sqrt(n); none for one seed).
+- **Frames to a threshold.** Per seed, the first logged frame at which the smoothed success is
+  at least the threshold; per group, the median and mean over the seeds that reached it, and
+  how many of them did.
+- **Final success.** A run's held-out evaluation, found by convention in the run folder:
+  `RUN/eval/**/results.json` as written by `scripts/post_training_tests.py` with
+  `eval.output_dir=RUN/eval/<name>`; its `no_change` suite (or another one) gives the success
+  rate with its 95% Wilson interval over episodes. A run without one is reported with its last
+  smoothed training success instead, marked as such. Over several seeds: the mean of the
+  seeds' rates with a t-interval over seeds, and the Wilson interval of the pooled episodes.
+- **Baselines** (random, BabyAI's bot...) are evaluation results only: a row in the final table
+  and a horizontal line on the curves.
+
+`scripts/compare_runs.py` writes `comparison.csv` (tidy: one row per run and grid frame),
+`comparison.md` (the runs, the thresholds and the final success) and `comparison.png`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import json
+import math
+import shlex
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from glam.eval.stats import wilson_interval
+
+__all__ = [
+    "COMPARISON_FILES",
+    "DEFAULT_LABEL_KEY",
+    "Band",
+    "ComparisonError",
+    "FinalRow",
+    "Outcome",
+    "Run",
+    "ThresholdRow",
+    "band_over_seeds",
+    "baseline_rows",
+    "check_distinct_seeds",
+    "comparison_markdown",
+    "config_value",
+    "final_rows",
+    "find_results",
+    "frame_grid",
+    "frames_to_threshold",
+    "group_bands",
+    "group_runs",
+    "interpolate",
+    "load_run",
+    "plot_comparison",
+    "preset_from_command",
+    "read_evaluation",
+    "run_label",
+    "smooth",
+    "t_interval",
+    "t_quantile",
+    "threshold_rows",
+    "tidy_curves",
+    "write_comparison",
+]
+
+METRICS_CSV = "metrics.csv"
+CONFIG_YAML = "config.yaml"
+EVAL_DIR = "eval"
+"""Folder of a run that holds its evaluations (`RUN/eval/**/results.json`)."""
+RESULTS_JSON = "results.json"
+SUCCESS, RETURN, EPISODES = "charts/success_rate", "charts/episode_return", "charts/episodes"
+DEFAULT_LABEL_KEY = "train.label"
+COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
+"""What `write_comparison` writes."""
+HELD_OUT, TRAINING, BASELINE = "held-out evaluation", "training", "baseline"
+"""`FinalRow.source`."""
+
+
+class ComparisonError(ValueError):
+    """Input that cannot be compared (a folder that is not a run, an unknown key...): the
+    message names it and says why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs and their labels
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: its label, seed and per-update metrics."""
+
+    path: Path
+    label: str
+    label_source: str
+    """Where the label came from: the key(s), `--config-name`, or `folder name`."""
+    seed: int
+    level: str
+    """`env.name` of the run."""
+    frames: np.ndarray
+    """(updates,) frames collected at the end of each update, increasing."""
+    success: np.ndarray
+    """(updates,) success rate of the episodes that ended in the update; NaN when none did."""
+    returns: np.ndarray
+    """(updates,) mean return of those episodes; NaN when none ended."""
+    episodes: np.ndarray
+    """(updates,) episodes that ended in the update."""
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """`config["a"]["b"]` for `key` "a.b".
+
+    Raises:
+        KeyError: the key is not in the config (the message suggests close ones).
+    """
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            known = _flat_keys(config)
+            close = difflib.get_close_matches(key, known, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise KeyError(f"{key!r} is not a key of config.yaml{hint}")
+        node = node[part]
+    return node
+
+
+def _flat_keys(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for name, value in config.items():
+        keys.append(prefix + str(name))
+        if isinstance(value, Mapping):
+            keys += _flat_keys(value, f"{prefix}{name}.")
+    return keys
+
+
+def preset_from_command(command: str) -> str | None:
+    """The Hydra preset a training command names (`--config-name X`, `-cn X`, `--config-name=X`)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: read it word by word
+        words = command.split()
+    for i, word in enumerate(words):
+        for flag in ("--config-name", "-cn"):
+            if word == flag and i + 1 < len(words):
+                return words[i + 1]
+            if word.startswith(flag + "="):
+                return word[len(flag) + 1 :]
+    return None
+
+
+def run_label(
+    config: Mapping[str, Any], run_dir: Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
+) -> tuple[str, str]:
+    """`(label, where it came from)` of a run.
+
+    `train.label` alone: its value; when empty (or from before the key existed), the preset
+    named by `--config-name` in `launch.command`, else the folder's name. Other keys: `key=value`
+    pairs joined by ", " (`ppo.lr=0.001, model.lora.r=8`).
+
+    Raises:
+        KeyError: a key of `label_by` is not in the config.
+    """
+    if list(label_by) == [DEFAULT_LABEL_KEY]:
+        train = config.get("train") or {}
+        if train.get("label"):
+            return str(train["label"]), DEFAULT_LABEL_KEY
+        preset = preset_from_command(str((config.get("launch") or {}).get("command", "")))
+        if preset:
+            return preset, "--config-name"
+        return run_dir.name, "folder name"
+    values = [config_value(config, key) for key in label_by]
+    label = ", ".join(f"{key}={value}" for key, value in zip(label_by, values, strict=True))
+    return label, ", ".join(label_by)
+
+
+def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)) -> Run:
+    """Read a run folder's `config.yaml` and `metrics.csv`.
+
+    Raises:
+        ComparisonError: not a folder, no config.yaml or metrics.csv, no logged update, a
+            metrics.csv without frames or success, or a label key the config lacks.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ComparisonError(f"{path} is not a folder")
+    metrics_file, config_file = path / METRICS_CSV, path / CONFIG_YAML
+    if not metrics_file.is_file():
+        raise ComparisonError(
+            f"{path} has no {METRICS_CSV}: not a run folder, or the run has no logged update yet"
+        )
+    if not config_file.is_file():
+        raise ComparisonError(f"{path} has no {CONFIG_YAML}: not a training run folder")
+    try:
+        metrics = pd.read_csv(metrics_file)
+    except pd.errors.EmptyDataError:
+        metrics = pd.DataFrame()
+    if metrics.empty:
+        raise ComparisonError(f"{metrics_file} is empty: the run has no logged update yet")
+    missing = [column for column in ("frames", SUCCESS) if column not in metrics]
+    if missing:
+        raise ComparisonError(f"{metrics_file} has no column {', '.join(missing)}")
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(config_file))
+    except Exception as error:  # OmegaConf and YAML raise many kinds; any is a bad file
+        raise ComparisonError(f"{config_file} is not a readable config: {error}") from None
+    if not isinstance(config, dict):
+        raise ComparisonError(f"{config_file} is not a config (a YAML mapping)")
+    try:
+        label, source = run_label(config, path, label_by)
+        seed = int(config_value(config, "train.seed"))
+    except KeyError as error:
+        raise ComparisonError(f"{config_file}: {error.args[0]}") from None
+    metrics = metrics.sort_values("frames")
+    columns = {"frames": "frames", "success": SUCCESS, "returns": RETURN, "episodes": EPISODES}
+    try:
+        values = {
+            name: metrics[column].to_numpy(dtype=float) if column in metrics else None
+            for name, column in columns.items()
+        }
+    except (ValueError, TypeError) as error:
+        raise ComparisonError(
+            f"{metrics_file} holds a value that is not a number: {error}"
+        ) from None
+    finite = np.isfinite(values["success"])
+    return Run(
+        path=path,
+        label=label,
+        label_source=source,
+        seed=seed,
+        level=str((config.get("env") or {}).get("name", "")),
+        frames=values["frames"],
+        success=values["success"],
+        returns=values["returns"]
+        if values["returns"] is not None
+        else np.full(len(finite), np.nan),
+        # Logs without the count: each update with a success rate counts as one episode.
+        episodes=np.nan_to_num(values["episodes"])
+        if values["episodes"] is not None
+        else finite.astype(float),
+    )
+
+
+def check_distinct_seeds(runs: Sequence[Run]) -> None:
+    """Two runs of one label with the same seed would be averaged as two seeds.
+
+    Raises:
+        ComparisonError: naming both runs.
+    """
+    seen: dict[tuple[str, int], Path] = {}
+    for run in runs:
+        key = (run.label, run.seed)
+        if key in seen:
+            raise ComparisonError(
+                f"{seen[key]} and {run.path} are both label {run.label!r}, seed {run.seed}: "
+                "group them apart with --label-by (or set train.label), or leave one out"
+            )
+        seen[key] = run.path
+
+
+# ---------------------------------------------------------------------------------------------
+# Curves: smoothing, the common grid, bands over seeds
+# ---------------------------------------------------------------------------------------------
+
+
+def _window_sums(
+    values: np.ndarray, episodes: np.ndarray, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing sums over `window` updates of `values * episodes` and of `episodes`."""
+    if window < 1:
+        raise ValueError(f"the smoothing window must be >= 1 update, got {window}")
+    weights = np.where(np.isfinite(values), episodes, 0.0)
+    weighted = np.where(weights > 0, np.nan_to_num(values) * weights, 0.0)
+    total = pd.Series(weighted).rolling(window, min_periods=1).sum().to_numpy()
+    count = pd.Series(weights).rolling(window, min_periods=1).sum().to_numpy()
+    return total, count
+
+
+def smooth(values: np.ndarray, episodes: np.ndarray, window: int) -> np.ndarray:
+    """Per update, the mean of `values` over the episodes that ended in the last `window`
+    updates (trailing; NaN when none ended in them)."""
+    total, count = _window_sums(np.asarray(values, float), np.asarray(episodes, float), window)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
+
+
+def interpolate(frames: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """`values` (logged at `frames`) at the `grid` frames: linear between the finite values,
+    NaN before the first finite one and after the last (never extrapolated)."""
+    frames, values, grid = (np.asarray(a, float) for a in (frames, values, grid))
+    finite = np.isfinite(values)
+    out = np.full(grid.shape, np.nan)
+    if not finite.any():
+        return out
+    known_frames, known = frames[finite], values[finite]
+    inside = (grid >= known_frames[0]) & (grid <= known_frames[-1])
+    out[inside] = np.interp(grid[inside], known_frames, known)
+    return out
+
+
+def frame_grid(runs: Sequence[Run], points: int) -> np.ndarray:
+    """`points` whole frame counts, evenly spaced from the earliest first logged frame of
+    `runs` to the latest last one (fewer if rounding merges some)."""
+    if points < 2:
+        raise ValueError(f"the frame grid needs at least 2 points, got {points}")
+    start = min(run.frames[0] for run in runs)
+    end = max(run.frames[-1] for run in runs)
+    return np.unique(np.round(np.linspace(start, end, points)))
+
+
+@functools.cache
+def t_quantile(p: float, df: int) -> float:
+    """The `p` quantile (0.5 < p < 1) of Student's t with `df` degrees of freedom.
+
+    (scipy is not a dependency.) The density is integrated from 0 by Simpson's rule on 4096
+    intervals and the quantile found by bisection; it agrees with the closed forms for 1 and 2
+    degrees of freedom to 1e-6.
+    """
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def mass_from_zero(x: float) -> float:
+        t = np.linspace(0.0, x, 4097)
+        density = np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))
+        h = x / 4096
+        return (
+            h
+            / 3
+            * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
+        )
+
+    target = p - 0.5
+    low, high = 0.0, 1.0
+    while mass_from_zero(high) < target:
+        low, high = high, 2 * high
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if mass_from_zero(middle) < target else (low, middle)
+    return (low + high) / 2
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """`(mean, low, high)`: the mean of `values` and its 95% Student-t interval (NaN bounds for a
+    single value)."""
+    data = np.asarray(values, float)
+    mean = float(data.mean())
+    if len(data) < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(0.975, len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
+    return mean, mean - half, mean + half
+
+
+@dataclass(frozen=True)
+class Band:
+    """A group's curve on the grid: mean over seeds and its 95% t-interval."""
+
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    seeds: int
+
+
+def band_over_seeds(curves: np.ndarray) -> Band:
+    """Mean and 95% t-interval of `curves` (seeds, grid), where every seed has a value (NaN
+    elsewhere; NaN bounds for one seed)."""
+    curves = np.atleast_2d(np.asarray(curves, float))
+    seeds = curves.shape[0]
+    everywhere = np.isfinite(curves).all(axis=0)
+    mean, low, high = (np.full(curves.shape[1], np.nan) for _ in range(3))
+    if everywhere.any():
+        covered = curves[:, everywhere]
+        mean[everywhere] = covered.mean(axis=0)
+        if seeds > 1:
+            half = t_quantile(0.975, seeds - 1) * covered.std(axis=0, ddof=1) / math.sqrt(seeds)
+            low[everywhere] = mean[everywhere] - half
+            high[everywhere] = mean[everywhere] + half
+    return Band(mean, low, high, seeds)
+
+
+def group_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    """Runs by label (labels in order of first appearance, runs by seed)."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.label].append(run)
+    return {label: sorted(members, key=lambda r: r.seed) for label, members in groups.items()}
+
+
+def _smoothed_on_grid(run: Run, grid: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    success = interpolate(run.frames, smooth(run.success, run.episodes, window), grid)
+    returns = interpolate(run.frames, smooth(run.returns, run.episodes, window), grid)
+    return success, returns
+
+
+def group_bands(runs: Sequence[Run], grid: np.ndarray, window: int) -> dict[str, tuple[Band, Band]]:
+    """Per label: the (success, return) bands of its seeds' smoothed curves on `grid`."""
+    bands = {}
+    for label, members in group_runs(runs).items():
+        curves = [_smoothed_on_grid(run, grid, window) for run in members]
+        bands[label] = (
+            band_over_seeds(np.stack([c[0] for c in curves])),
+            band_over_seeds(np.stack([c[1] for c in curves])),
+        )
+    return bands
+
+
+def tidy_curves(runs: Sequence[Run], grid: np.ndarray, window: int) -> pd.DataFrame:
+    """One row per run and grid frame it covers: label, seed, run, frames, smoothed success and
+    return (blank where no episode had ended yet)."""
+    tables = []
+    for run in runs:
+        success, returns = _smoothed_on_grid(run, grid, window)
+        covered = (grid >= run.frames[0]) & (grid <= run.frames[-1])
+        tables.append(
+            pd.DataFrame(
+                {
+                    "label": run.label,
+                    "seed": run.seed,
+                    "run": str(run.path),
+                    "frames": grid[covered].astype(int),
+                    "success": success[covered],
+                    "return": returns[covered],
+                }
+            )
+        )
+    return pd.concat(tables, ignore_index=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames to a success threshold
+# ---------------------------------------------------------------------------------------------
+
+
+def frames_to_threshold(frames: np.ndarray, smoothed: np.ndarray, threshold: float) -> float | None:
+    """The first frame at which `smoothed` success is >= `threshold`; None if never."""
+    reached = np.flatnonzero(np.nan_to_num(np.asarray(smoothed, float), nan=-1.0) >= threshold)
+    return float(frames[reached[0]]) if reached.size else None
+
+
+@dataclass(frozen=True)
+class ThresholdRow:
+    """Frames a group's seeds took to reach one success threshold."""
+
+    label: str
+    threshold: float
+    per_seed: dict[int, float | None]
+    """Seed -> first frame at or above the threshold (None: never)."""
+
+    @property
+    def reached(self) -> list[float]:
+        return [f for f in self.per_seed.values() if f is not None]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.reached)) if self.reached else math.nan
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.reached)) if self.reached else math.nan
+
+
+def threshold_rows(
+    runs: Sequence[Run], thresholds: Sequence[float], window: int
+) -> list[ThresholdRow]:
+    """Per label and threshold, each seed's frames to reach it (smoothed success)."""
+    rows = []
+    for label, members in group_runs(runs).items():
+        smoothed = {run.seed: smooth(run.success, run.episodes, window) for run in members}
+        for threshold in thresholds:
+            per_seed = {
+                run.seed: frames_to_threshold(run.frames, smoothed[run.seed], threshold)
+                for run in members
+            }
+            rows.append(ThresholdRow(label, threshold, per_seed))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Final success: held-out evaluations, else the end of training; baselines
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One seed's (or one baseline file's) final success."""
+
+    seed: int | None
+    success_rate: float
+    successes: int
+    episodes: int
+    mean_return: float
+    source_file: Path
+
+
+def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
+    """`(label, level, outcome)` of `suite` in one results.json; None when the file has no such
+    suite or it was not applicable.
+
+    Raises:
+        ComparisonError: the file is not a results.json of `scripts/post_training_tests.py`.
+    """
+    try:
+        results = json.loads(path.read_text())
+        record = results["suites"].get(suite)
+        level = (record.get("level") or results["eval"]["level"]) if record else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ComparisonError(f"{path} is not an evaluation's results.json ({error})") from None
+    if record is None or "success_rate" not in record:
+        return None
+    episodes = int(record["episodes"])
+    outcome = Outcome(
+        seed=None,
+        success_rate=float(record["success_rate"]),
+        successes=round(float(record["success_rate"]) * episodes),
+        episodes=episodes,
+        mean_return=float(record["mean_return"]),
+        source_file=path,
+    )
+    return str(results.get("label", path.parent.name)), str(level), outcome
+
+
+def find_results(path: Path) -> list[Path]:
+    """`path` itself if it is a file, else every results.json below it."""
+    if path.is_file():
+        return [path]
+    return sorted(path.rglob(RESULTS_JSON)) if path.is_dir() else []
+
+
+@dataclass(frozen=True)
+class FinalRow:
+    """A group's final success, from one source, on one level."""
+
+    label: str
+    source: str
+    """`held-out evaluation`, `training` (the last smoothed window) or `baseline`."""
+    level: str
+    outcomes: list[Outcome]
+
+    @property
+    def mean(self) -> float:
+        """Mean success rate over seeds (files)."""
+        return float(np.mean([o.success_rate for o in self.outcomes]))
+
+    @property
+    def seed_interval(self) -> tuple[float, float]:
+        """95% t-interval over seeds (NaN for one seed)."""
+        _, low, high = t_interval([o.success_rate for o in self.outcomes])
+        return low, high
+
+    @property
+    def episodes(self) -> int:
+        return sum(o.episodes for o in self.outcomes)
+
+    @property
+    def pooled_interval(self) -> tuple[float, float]:
+        """95% Wilson interval of all the episodes together (NaN without episodes)."""
+        if not self.episodes:
+            return math.nan, math.nan
+        return wilson_interval(sum(o.successes for o in self.outcomes), self.episodes)
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean([o.mean_return for o in self.outcomes]))
+
+
+def _training_outcome(run: Run, window: int) -> Outcome:
+    """The episodes that ended in the run's last `window` updates."""
+    successes, episodes = _window_sums(run.success, run.episodes, window)
+    returns, _ = _window_sums(run.returns, run.episodes, window)
+    count = int(round(episodes[-1]))
+    return Outcome(
+        seed=run.seed,
+        success_rate=successes[-1] / count if count else math.nan,
+        successes=int(round(successes[-1])),
+        episodes=count,
+        mean_return=returns[-1] / count if count else math.nan,
+        source_file=run.path / METRICS_CSV,
+    )
+
+
+def final_rows(runs: Sequence[Run], window: int, suite: str = "no_change") -> list[FinalRow]:
+    """Per label: a held-out row per evaluated level (seeds with a `RUN/eval/**/results.json`
+    holding `suite`), and a training row for the seeds without any.
+
+    Raises:
+        ComparisonError: a run holds two evaluations of `suite` on one level (which is final?).
+    """
+    rows = []
+    for label, members in group_runs(runs).items():
+        held_out: dict[str, list[Outcome]] = defaultdict(list)
+        not_evaluated = []
+        for run in members:
+            found: dict[str, Outcome] = {}
+            for path in find_results(run.path / EVAL_DIR):
+                read = read_evaluation(path, suite)
+                if read is None:
+                    continue
+                _, level, outcome = read
+                if level in found:
+                    raise ComparisonError(
+                        f"{run.path} has two evaluations of {suite} on {level}: "
+                        f"{found[level].source_file} and {path}; move the one that is not "
+                        f"final out of {run.path / EVAL_DIR}"
+                    )
+                found[level] = dataclasses.replace(outcome, seed=run.seed)
+            for level, outcome in found.items():
+                held_out[level].append(outcome)
+            if not found:
+                not_evaluated.append(run)
+        for level, outcomes in sorted(held_out.items()):
+            rows.append(FinalRow(label, HELD_OUT, level, outcomes))
+        if not_evaluated:
+            levels = sorted({run.level for run in not_evaluated})
+            outcomes = [_training_outcome(run, window) for run in not_evaluated]
+            rows.append(FinalRow(label, TRAINING, ", ".join(levels), outcomes))
+    return rows
+
+
+def baseline_rows(paths: Sequence[Path], suite: str = "no_change") -> list[FinalRow]:
+    """Evaluation results of agents without a training curve (random, bot...), by label and
+    level; several files of one label and level are its seeds.
+
+    Raises:
+        ComparisonError: a path holds no results.json, or none with `suite`.
+    """
+    groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for path in paths:
+        files = find_results(Path(path))
+        if not files:
+            raise ComparisonError(f"no {RESULTS_JSON} at {path}")
+        read = [r for r in (read_evaluation(file, suite) for file in files) if r is not None]
+        if not read:
+            raise ComparisonError(f"no {RESULTS_JSON} at {path} has the suite {suite}")
+        for label, level, outcome in read:
+            groups[label, level].append(outcome)
+    return [FinalRow(label, BASELINE, level, out) for (label, level), out in groups.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: the tidy CSV, the Markdown tables, the plot
+# ---------------------------------------------------------------------------------------------
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _frames(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:,.0f}"
+
+
+def _interval(low: float, high: float) -> str:
+    return "–" if not math.isfinite(low) else f"[{low:.3f}, {high:.3f}]"
+
+
+def comparison_markdown(
+    runs: Sequence[Run],
+    bands: Mapping[str, tuple[Band, Band]],
+    grid: np.ndarray,
+    thresholds: Sequence[ThresholdRow],
+    finals: Sequence[FinalRow],
+    *,
+    window: int,
+    suite: str,
+) -> str:
+    """The comparison as Markdown: how it was computed, the runs, thresholds, final success."""
+    lines = [
+        f"# Comparison of {len(runs)} runs in {len(bands)} groups",
+        "",
+        f"Success and return are smoothed over the episodes that ended in the last {window} "
+        f"update(s) (trailing window, each update weighted by its episodes), interpolated onto "
+        f"{len(grid)} frames from {_frames(grid[0])} to {_frames(grid[-1])} (never past a run's "
+        "last logged frame). A group's curve is its mean over seeds where every seed has a "
+        "value, with a 95% Student-t interval over seeds (none for one seed).",
+        "",
+        "## Runs",
+        "",
+        "| label | seed | run | level | updates | last frame | label from |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, members in group_runs(runs).items():
+        for run in members:
+            lines.append(
+                f"| {label} | {run.seed} | {run.path} | {run.level} | {len(run.frames)} "
+                f"| {_frames(run.frames[-1])} | {run.label_source} |"
+            )
+    ends = []
+    for label, (success, _) in bands.items():
+        covered = grid[np.isfinite(success.mean)]
+        longest = max(run.frames[-1] for run in group_runs(runs)[label])
+        if covered.size and covered[-1] < longest:
+            ends.append(
+                f"- {label}: the curve stops at {_frames(covered[-1])} frames, where its "
+                f"shortest seed ends (longest: {_frames(longest)})."
+            )
+    if ends:
+        lines += ["", *ends]
+    lines += [
+        "",
+        "## Frames to reach a success rate",
+        "",
+        f"First logged frame at which a seed's smoothed success (window {window}) is at least "
+        "the threshold; median and mean over the seeds that reached it.",
+        "",
+        "| label | threshold | seeds reached | median frames | mean frames | per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in thresholds:
+        per_seed = ", ".join(
+            f"{seed}: {_frames(frames) if frames is not None else 'never'}"
+            for seed, frames in row.per_seed.items()
+        )
+        lines.append(
+            f"| {row.label} | {row.threshold:g} | {len(row.reached)} of {len(row.per_seed)} "
+            f"| {_frames(row.median)} | {_frames(row.mean)} | {per_seed} |"
+        )
+    lines += [
+        "",
+        "## Final success",
+        "",
+        f"Held-out evaluation: the `{suite}` suite of `RUN/eval/**/results.json`. Training: the "
+        f"episodes of the last {window} update(s) of training, NOT held out. Mean over seeds, "
+        "its 95% t-interval over seeds, and the 95% Wilson interval of all the episodes pooled.",
+        "",
+        "| label | source | level | seeds | success (mean) | 95% CI over seeds | "
+        "pooled episodes [Wilson] | episodes | mean return | per seed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in finals:
+        per_seed = ", ".join(
+            (f"{o.seed}: " if o.seed is not None else "") + _num(o.success_rate)
+            for o in row.outcomes
+        )
+        lines.append(
+            f"| {row.label} | {row.source} | {row.level} | {len(row.outcomes)} | {_num(row.mean)} "
+            f"| {_interval(*row.seed_interval)} | {_interval(*row.pooled_interval)} "
+            f"| {row.episodes} | {_num(row.mean_return)} | {per_seed} |"
+        )
+    sources = sorted({str(o.source_file) for row in finals for o in row.outcomes})
+    lines += ["", "Read from:", "", *(f"- {source}" for source in sources)]
+    return "\n".join(lines) + "\n"
+
+
+def plot_comparison(
+    path: Path,
+    grid: np.ndarray,
+    bands: Mapping[str, tuple[Band, Band]],
+    baselines: Sequence[FinalRow],
+    window: int,
+) -> None:
+    """Success and return against frames: per group its mean and 95% band over seeds; each
+    baseline a horizontal line."""
+    # Imported here: pyplot takes about a second to load and only the plot needs it.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
+    for k, (label, pair) in enumerate(bands.items()):
+        color = f"C{k % 10}"
+        for axis, band, bounded in zip(axes, pair, (True, False), strict=True):
+            axis.plot(grid, band.mean, color=color, lw=2, label=f"{label} (n={band.seeds})")
+            low, high = band.low, band.high
+            if bounded:  # a success rate: draw the interval inside [0, 1]
+                low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+            axis.fill_between(grid, low, high, color=color, alpha=0.2, lw=0)
+    for k, row in enumerate(baselines):
+        style = {"color": f"0.{2 + 2 * (k % 4)}", "ls": (0, (4, 2 + k)), "lw": 1.2}
+        name = f"{row.label} ({row.level.removeprefix('BabyAI-')})"
+        axes[0].axhline(row.mean, **style, label=f"{name}: {row.mean:.2f}")
+        axes[1].axhline(row.mean_return, **style, label=f"{name}: {row.mean_return:.2f}")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].set_title(f"success rate (last {window} updates' episodes)")
+    axes[1].set_title("episode return (BabyAI reward)")
+    for axis in axes:
+        axis.set_xlabel("frames (environment steps, all processes)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    figure.suptitle("mean over seeds, 95% t-interval band")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_comparison(
+    out_dir: str | Path,
+    runs: Sequence[Run],
+    *,
+    thresholds: Sequence[float] = (0.5, 0.8, 0.9),
+    window: int = 10,
+    grid_points: int = 200,
+    baselines: Sequence[FinalRow] = (),
+    suite: str = "no_change",
+) -> dict[str, Path]:
+    """Compare `runs`; write comparison.csv, comparison.md and comparison.png into `out_dir`
+    and return their paths.
+
+    Raises:
+        ComparisonError: no run, two runs of one label and seed, or a run with two final
+            evaluations on one level.
+    """
+    if not runs:
+        raise ComparisonError("no run to compare")
+    check_distinct_seeds(runs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name.rsplit(".", 1)[1]: out / name for name in COMPARISON_FILES}
+    grid = frame_grid(runs, grid_points)
+    bands = group_bands(runs, grid, window)
+    finals = [*final_rows(runs, window, suite), *baselines]
+    tidy_curves(runs, grid, window).to_csv(paths["csv"], index=False)
+    paths["md"].write_text(
+        comparison_markdown(
+            runs,
+            bands,
+            grid,
+            threshold_rows(runs, thresholds, window),
+            finals,
+            window=window,
+            suite=suite,
+        )
+    )
+    plot_comparison(paths["png"], grid, bands, baselines, window)
+    return paths

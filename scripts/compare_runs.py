@@ -1,0 +1,91 @@
+"""Compare training runs: learning curves over seeds, frames to success thresholds, final success.
+
+    # any machine (reads run folders only): every seed of two presets, with the baselines
+    python scripts/compare_runs.py runs/glam_paper/seed-* runs/npae/seed-* --out runs/cmp \
+        --baselines runs/eval/random runs/eval/bot
+    # group a sweep by a config key instead of train.label
+    python scripts/compare_runs.py runs/lr-sweep/* --out runs/cmp-lr --label-by ppo.lr
+    python scripts/compare_runs.py runs/a runs/b --out runs/cmp --thresholds 0.5 0.9 --smooth 5
+
+Runs are grouped by label (`train.label` of config.yaml; empty: the preset of `--config-name`,
+else the folder name; `--label-by KEY...` uses config keys instead), and the runs of a label are
+its seeds. Per group: the mean and 95% Student-t band over seeds of the smoothed success and
+return against frames (smoothing: the episodes that ended in the last `--smooth` updates), the
+frames each seed took to reach each `--thresholds` success rate, and the final success: a held-out
+evaluation when the run folder holds one (`RUN/eval/<name>/results.json`, written by
+`python scripts/post_training_tests.py agent.kind=checkpoint agent.path=RUN
+eval.output_dir=RUN/eval/<name>`), else the last smoothed training success, marked as such.
+`--baselines` adds evaluation results (random, bot) as reference lines and rows.
+docs/comparing_runs.md explains every figure.
+
+Writes comparison.csv (tidy: label, seed, run, frames, success, return on the common frame grid),
+comparison.md and comparison.png into `--out`. Exit status: 0 done; 2 bad input (a folder
+without metrics.csv or config.yaml, a run with no logged update, an unknown label key, two runs
+of one label and seed, baselines without results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from glam.compare import (
+    DEFAULT_LABEL_KEY,
+    ComparisonError,
+    baseline_rows,
+    load_run,
+    write_comparison,
+)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, help="run folders (config.yaml, metrics.csv)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="folder for the comparison files")
+    parser.add_argument(
+        "--label-by",
+        nargs="+",
+        default=[DEFAULT_LABEL_KEY],
+        metavar="KEY",
+        help="config key(s) whose values name a run's group (default: train.label)",
+    )
+    parser.add_argument(
+        "--thresholds", nargs="+", type=float, default=[0.5, 0.8, 0.9], help="success rates"
+    )
+    parser.add_argument("--smooth", type=int, default=10, help="smoothing window, in updates")
+    parser.add_argument(
+        "--baselines", nargs="+", type=Path, default=[], help="results.json files or folders"
+    )
+    parser.add_argument("--suite", default="no_change", help="evaluation suite of final success")
+    parser.add_argument("--grid-points", type=int, default=200, help="frames of the common grid")
+    args = parser.parse_args(argv)
+    if args.smooth < 1 or args.grid_points < 2:
+        parser.error("--smooth must be >= 1 and --grid-points >= 2")
+    if not all(0 <= t <= 1 for t in args.thresholds):
+        parser.error(f"--thresholds are success rates in [0, 1], got {args.thresholds}")
+    try:
+        runs = [load_run(run_dir, args.label_by) for run_dir in args.run_dirs]
+        baselines = baseline_rows(args.baselines, args.suite)
+        paths = write_comparison(
+            args.out,
+            runs,
+            thresholds=args.thresholds,
+            window=args.smooth,
+            grid_points=args.grid_points,
+            baselines=baselines,
+            suite=args.suite,
+        )
+    except ComparisonError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(paths["md"].read_text())
+    for kind, path in paths.items():
+        print(f"wrote {kind:3s} {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,438 @@
+"""Reading comparisons (`glam.compare`, `scripts/compare_runs.py`) on hand-made run folders whose
+curves, bands, thresholds and final success are worked out by hand.
+
+PYTHONPATH=$PWD .venv/bin/python -m pytest tests/test_compare.py -x -q
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from glam.compare import (
+    BASELINE,
+    HELD_OUT,
+    TRAINING,
+    ComparisonError,
+    band_over_seeds,
+    baseline_rows,
+    final_rows,
+    frame_grid,
+    frames_to_threshold,
+    group_bands,
+    interpolate,
+    load_run,
+    preset_from_command,
+    run_label,
+    smooth,
+    t_quantile,
+    threshold_rows,
+    tidy_curves,
+)
+from glam.config import TrainingRunConfig
+from glam.eval.stats import wilson_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN = math.nan
+T1 = 12.706204736174707
+"""t(0.975) with 1 degree of freedom: tan(0.475 pi)."""
+
+
+def make_run(
+    folder: Path,
+    frames: Sequence[float],
+    success: Sequence[float],
+    episodes: Sequence[float] | None = None,
+    returns: Sequence[float] | None = None,
+    *,
+    seed: int = 1,
+    label: str = "",
+    command: str = "scripts/train_language_agent.py train.output_dir=x",
+    config: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """A run folder: config.yaml as the trainer writes it (the resolved config and `launch`) and
+    a metrics.csv with blanks where no episode ended."""
+    folder.mkdir(parents=True)
+    resolved = OmegaConf.to_container(OmegaConf.structured(TrainingRunConfig()))
+    resolved["train"] |= {"seed": seed, "label": label}
+    for section, values in (config or {}).items():
+        resolved[section] |= values
+    resolved["launch"] = {"world_size": 1, "command": command}
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    episodes = episodes if episodes is not None else [1.0] * len(frames)
+    returns = returns if returns is not None else [0.5 * s for s in success]
+    table = pd.DataFrame(
+        {
+            "update": range(1, len(frames) + 1),
+            "frames": frames,
+            "elapsed_seconds": range(1, len(frames) + 1),
+            "charts/episode_return": returns,
+            "charts/episodes": episodes,
+            "charts/success_rate": success,
+            "losses/entropy": 1.0,
+        }
+    )
+    table.to_csv(folder / "metrics.csv", index=False)
+    return folder
+
+
+def write_results(
+    folder: Path, label: str, level: str, success: float, episodes: int, suite: str = "no_change"
+) -> Path:
+    """A results.json as `scripts/post_training_tests.py` writes it (the fields read here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    low, high = wilson_interval(round(success * episodes), episodes)
+    record = {
+        "status": "ran",
+        "level": level,
+        "success_rate": success,
+        "ci_low": low,
+        "ci_high": high,
+        "mean_return": success * 0.6,
+        "mean_length": 20.0,
+        "episodes": episodes,
+    }
+    results = {
+        "label": label,
+        "protocol": "scoring",
+        "agent": {"kind": "checkpoint", "path": str(folder)},
+        "eval": {"level": level},
+        "suites": {suite: record},
+    }
+    path = folder / "results.json"
+    path.write_text(json.dumps(results))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Smoothing, interpolation, grid, intervals
+# ---------------------------------------------------------------------------------------------
+
+
+def test_smoothing_counts_the_episodes_of_the_last_updates() -> None:
+    success = [0.0, NAN, 1.0, 0.5]  # the second update: no episode ended
+    episodes = [1.0, 0.0, 3.0, 1.0]
+    np.testing.assert_allclose(smooth(success, episodes, 1), [0.0, NAN, 1.0, 0.5])
+    np.testing.assert_allclose(smooth(success, episodes, 2), [0.0, 0.0, 1.0, 3.5 / 4])
+    np.testing.assert_allclose(smooth(success, episodes, 3), [0.0, 0.0, 3 / 4, 3.5 / 4])
+    np.testing.assert_allclose(smooth([NAN, NAN, 1.0], [0, 0, 2], 2), [NAN, NAN, 1.0])
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        smooth(success, episodes, 0)
+
+
+def test_interpolation_is_linear_inside_and_never_extrapolates() -> None:
+    grid = [50, 100, 150, 200, 250, 300, 350]
+    values = interpolate([100, 200, 300], [NAN, 0.2, 0.6], grid)
+    # Nothing before the first value (frame 200) nor after the last logged frame (300).
+    np.testing.assert_allclose(values, [NAN, NAN, NAN, 0.2, 0.4, 0.6, NAN])
+    assert np.isnan(interpolate([100, 200], [NAN, NAN], grid)).all()
+
+
+def test_t_quantiles_match_closed_forms_and_tables() -> None:
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), abs=1e-6)
+    # 2 degrees of freedom: t = (2p - 1) sqrt(2 / (1 - (2p - 1)^2)).
+    assert t_quantile(0.975, 2) == pytest.approx(0.95 * math.sqrt(2 / (1 - 0.95**2)), abs=1e-6)
+    for df, table in ((4, 2.776445), (10, 2.228139), (30, 2.042272)):
+        assert t_quantile(0.975, df) == pytest.approx(table, abs=2e-6)
+
+
+def test_band_over_seeds_by_hand() -> None:
+    band = band_over_seeds([[0.2, 0.2], [0.4, 0.6], [0.9, NAN]])
+    # Column 0: mean 0.5, sd sqrt(0.26 / 2), t(0.975, 2) = 4.302653.
+    half = 4.302653 * math.sqrt(0.13) / math.sqrt(3)
+    assert band.mean[0] == pytest.approx(0.5)
+    assert (band.low[0], band.high[0]) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-6)
+    # Column 1: the third seed has no value there, so the group has none either.
+    assert np.isnan([band.mean[1], band.low[1], band.high[1]]).all()
+    one = band_over_seeds([[0.3, 0.4]])
+    np.testing.assert_allclose(one.mean, [0.3, 0.4])
+    assert np.isnan(one.low).all() and np.isnan(one.high).all()
+
+
+def test_runs_logged_at_different_frames_meet_on_a_common_grid(tmp_path: Path) -> None:
+    a = load_run(make_run(tmp_path / "a", [100, 200, 300, 400], [0.0, 0.5, 1.0, 1.0], label="x"))
+    b = load_run(make_run(tmp_path / "b", [150, 300, 450], [0.0, 0.6, 0.9], seed=2, label="x"))
+    grid = frame_grid([a, b], 4)
+    np.testing.assert_array_equal(grid, [100, 217, 333, 450])  # linspace(100, 450, 4), rounded
+    success, returns = group_bands([a, b], grid, window=1)[a.label]
+    # At 217: a = 0.5 + 0.17 * 0.5 = 0.585, b = 0.6 * 67 / 150 = 0.268.
+    # At 333: a = 1.0, b = 0.6 + 0.3 * 33 / 150 = 0.666. Two seeds: half-width t1 * |a - b| / 2.
+    np.testing.assert_allclose(success.mean, [NAN, 0.4265, 0.833, NAN])
+    np.testing.assert_allclose(
+        success.low, [NAN, 0.4265 - T1 * 0.1585, 0.833 - T1 * 0.167, NAN], atol=1e-6
+    )
+    np.testing.assert_allclose(success.high - success.mean, [NAN, T1 * 0.1585, T1 * 0.167, NAN])
+    np.testing.assert_allclose(returns.mean, 0.5 * success.mean)  # returns are 0.5 x success
+    tidy = tidy_curves([a, b], grid, window=1)
+    assert list(tidy.columns) == ["label", "seed", "run", "frames", "success", "return"]
+    # Each run only where it was logged: a ends at 400 < 450, b starts at 150 > 100.
+    assert tidy[tidy.seed == 1].frames.tolist() == [100, 217, 333]
+    assert tidy[tidy.seed == 2].frames.tolist() == [217, 333, 450]
+    np.testing.assert_allclose(tidy[tidy.seed == 2].success, [0.268, 0.666, 0.9])
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames to a threshold
+# ---------------------------------------------------------------------------------------------
+
+
+def test_frames_to_threshold_with_a_seed_that_never_reaches_it(tmp_path: Path) -> None:
+    frames = [100, 200, 300, 400, 500]
+    episodes = [2.0] * 5
+    curves = {
+        1: [0.0, 0.5, 1.0, 1.0, 1.0],  # smoothed over 2 updates: 0, .25, .75, 1, 1
+        2: [0.5, 0.5, 1.0, 0.5, 0.5],  # .5, .5, .75, .75, .5
+        3: [0.0, 0.0, 0.0, 0.0, 0.5],  # 0, 0, 0, 0, .25
+    }
+    runs = [
+        load_run(make_run(tmp_path / f"s{seed}", frames, s, episodes, seed=seed, label="L"))
+        for seed, s in curves.items()
+    ]
+    assert frames_to_threshold(np.array(frames), smooth(curves[1], episodes, 2), 0.75) == 300
+    assert frames_to_threshold(np.array(frames), np.full(5, NAN), 0.1) is None
+    half, most = threshold_rows(runs, [0.5, 0.8], window=2)
+    assert (half.label, half.threshold) == ("L", 0.5)
+    assert half.per_seed == {1: 300.0, 2: 100.0, 3: None}
+    assert (len(half.reached), half.median, half.mean) == (2, 200.0, 200.0)
+    assert most.per_seed == {1: 400.0, 2: None, 3: None}
+    assert (len(most.reached), most.median, most.mean) == (1, 400.0, 400.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels
+# ---------------------------------------------------------------------------------------------
+
+
+def test_labels_from_train_label_the_preset_or_the_folder(tmp_path: Path) -> None:
+    named = load_run(make_run(tmp_path / "r1", [100], [0.5], label="glam"))
+    assert (named.label, named.label_source) == ("glam", "train.label")
+    command = "scripts/train_language_agent.py --config-name tiny train.output_dir=x"
+    preset = load_run(make_run(tmp_path / "r2", [100], [0.5], command=command))
+    assert (preset.label, preset.label_source) == ("tiny", "--config-name")
+    folder = load_run(make_run(tmp_path / "seed-3", [100], [0.5]))
+    assert (folder.label, folder.label_source) == ("seed-3", "folder name")
+    # A config from before train.label existed reads as an empty label.
+    assert run_label({"train": {"seed": 1}, "launch": {}}, Path("runs/old"))[0] == "old"
+    assert preset_from_command("train.py -cn=glam_paper ppo.lr=1") == "glam_paper"
+    assert preset_from_command("train.py --config-name=smollm2_lora_cpu") == "smollm2_lora_cpu"
+    assert preset_from_command("accelerate launch train.py -cn tiny") == "tiny"
+    assert preset_from_command("train.py ppo.lr=1") is None
+
+
+def test_labels_from_config_keys_and_unknown_keys(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", [100], [0.5], config={"ppo": {"lr": 0.001}})
+    assert load_run(run, ["ppo.lr"]).label == "ppo.lr=0.001"
+    both = load_run(run, ["ppo.lr", "model.lora.r"])
+    assert (both.label, both.label_source) == (
+        "ppo.lr=0.001, model.lora.r=8",
+        "ppo.lr, model.lora.r",
+    )
+    with pytest.raises(ComparisonError, match=r"'ppo.lrr' is not a key .*did you mean ppo.lr"):
+        load_run(run, ["ppo.lrr"])
+
+
+def test_unreadable_metrics_and_config_are_named(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", [100], [0.5])
+    (run / "metrics.csv").write_text("update,frames,charts/success_rate\n1,lots,0.5\n")
+    with pytest.raises(ComparisonError, match="metrics.csv holds a value that is not a number"):
+        load_run(run)
+    (run / "config.yaml").write_text("- a list\n")
+    with pytest.raises(ComparisonError, match="config.yaml is not a config"):
+        load_run(run)
+
+
+def test_runs_are_grouped_by_label(tmp_path: Path) -> None:
+    runs = [
+        load_run(make_run(tmp_path / f"{label}{seed}", [100, 200], [s, s], seed=seed, label=label))
+        for label, seed, s in (("a", 1, 0.2), ("b", 1, 0.9), ("a", 2, 0.4))
+    ]
+    bands = group_bands(runs, np.array([100.0, 200.0]), window=1)
+    assert list(bands) == ["a", "b"]
+    assert bands["a"][0].seeds == 2 and bands["b"][0].seeds == 1
+    np.testing.assert_allclose(bands["a"][0].mean, [0.3, 0.3])
+    np.testing.assert_allclose(bands["b"][0].mean, [0.9, 0.9])
+
+
+# ---------------------------------------------------------------------------------------------
+# Final success and baselines
+# ---------------------------------------------------------------------------------------------
+
+LEVEL = "BabyAI-GoToRedBallNoDists-v0"
+
+
+def test_final_success_held_out_when_evaluated_else_training(tmp_path: Path) -> None:
+    frames = [100, 200, 300]
+    runs = []
+    for seed, rate, n in ((1, 0.9, 100), (2, 0.7, 50)):
+        folder = make_run(tmp_path / f"s{seed}", frames, [0.0, 0.0, 0.0], seed=seed, label="L")
+        write_results(folder / "eval" / "heldout", "ckpt", LEVEL, rate, n)
+        # Another suite's results beside it are not the final evaluation.
+        write_results(folder / "eval" / "renamed", "ckpt", LEVEL, 0.1, 10, "renamed_actions")
+        runs.append(load_run(folder))
+    # Seed 3 has no evaluation: the episodes of its last 2 updates, 2 + 6 successes of 4 + 6.
+    folder = make_run(
+        tmp_path / "s3", frames, [0.0, 0.5, 1.0], [5, 4, 6], [0.0, 0.3, 0.6], seed=3, label="L"
+    )
+    runs.append(load_run(folder))
+    held_out, training = final_rows(runs, window=2)
+    assert (held_out.source, held_out.level, len(held_out.outcomes)) == (HELD_OUT, LEVEL, 2)
+    assert [o.seed for o in held_out.outcomes] == [1, 2]
+    assert held_out.mean == pytest.approx(0.8)
+    assert held_out.seed_interval == pytest.approx((0.8 - T1 * 0.1, 0.8 + T1 * 0.1))
+    assert held_out.pooled_interval == pytest.approx(wilson_interval(90 + 35, 150))
+    assert training.source == TRAINING and training.outcomes[0].seed == 3
+    assert training.mean == pytest.approx(0.8)
+    assert training.episodes == 10
+    assert training.pooled_interval == pytest.approx(wilson_interval(8, 10))
+    assert training.mean_return == pytest.approx((4 * 0.3 + 6 * 0.6) / 10)
+    assert all(math.isnan(v) for v in training.seed_interval)  # one seed: no spread
+
+    write_results(runs[0].path / "eval" / "again", "ckpt", LEVEL, 0.5, 10)
+    with pytest.raises(ComparisonError, match="two evaluations of no_change on BabyAI-GoTo"):
+        final_rows(runs, window=2)
+
+
+def test_baselines_from_evaluation_results(tmp_path: Path) -> None:
+    write_results(tmp_path / "random" / "seed-1", "random", LEVEL, 0.4, 100)
+    write_results(tmp_path / "random" / "seed-2", "random", LEVEL, 0.5, 100)
+    write_results(tmp_path / "bot", "bot", LEVEL, 1.0, 50)
+    rows = baseline_rows([tmp_path / "random", tmp_path / "bot" / "results.json"])
+    by_label = {row.label: row for row in rows}
+    assert {row.source for row in rows} == {BASELINE}
+    assert len(by_label["random"].outcomes) == 2
+    assert by_label["random"].mean == pytest.approx(0.45)
+    assert by_label["random"].pooled_interval == pytest.approx(wilson_interval(90, 200))
+    assert by_label["bot"].pooled_interval == (wilson_interval(50, 50)[0], 1.0)
+    with pytest.raises(ComparisonError, match="no results.json at"):
+        baseline_rows([tmp_path / "nothing"])
+    with pytest.raises(ComparisonError, match="has the suite french"):
+        baseline_rows([tmp_path / "bot"], suite="french")
+
+
+def test_metrics_written_by_the_trainers_logger_are_read(tmp_path: Path) -> None:
+    """The real metrics.csv format: columns in the logger's order, blanks for NaN."""
+    from glam.ppo.logger import MetricsLogger
+
+    folder = make_run(tmp_path / "run", [1], [0.0])
+    (folder / "metrics.csv").unlink()
+    logger = MetricsLogger(folder, enabled=True)
+    for update, (rate, count) in enumerate([(NAN, 0.0), (0.5, 2.0), (1.0, 1.0)], start=1):
+        episode_return = 0.4 * rate if count else NAN
+        metrics = {
+            "charts/success_rate": rate,
+            "charts/episode_return": episode_return,
+            "charts/episodes": count,
+            "losses/policy": 0.1,
+        }
+        logger.log(update, 64 * update, float(update), metrics)
+    logger.close()
+    run = load_run(folder)
+    np.testing.assert_array_equal(run.frames, [64, 128, 192])
+    np.testing.assert_allclose(run.success, [NAN, 0.5, 1.0])
+    np.testing.assert_allclose(smooth(run.success, run.episodes, 3), [NAN, 0.5, 2 / 3])
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/compare_runs.py
+# ---------------------------------------------------------------------------------------------
+
+
+def _compare(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "compare_runs.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_script_writes_the_comparison(tmp_path: Path) -> None:
+    frames = [256 * u for u in range(1, 9)]
+    runs = []
+    for preset, slope in (("tiny", 0.1), ("glam", 0.2)):
+        for seed in (1, 2):
+            success = [min(1.0, slope * u + 0.05 * seed) for u in range(1, 9)]
+            command = f"scripts/train_language_agent.py --config-name {preset}"
+            runs.append(
+                make_run(tmp_path / f"{preset}-{seed}", frames, success, seed=seed, command=command)
+            )
+    write_results(
+        tmp_path / "glam-1" / "eval" / "test", "ckpt", "BabyAI-MixedTestLocal-v0", 0.8, 40
+    )
+    write_results(tmp_path / "random", "random", LEVEL, 0.3, 100)
+    out = tmp_path / "out"
+    done = _compare(*runs, "--out", out, "--smooth", "1", "--baselines", tmp_path / "random")
+    assert done.returncode == 0, done.stderr
+    for name in ("csv", "md", "png"):
+        assert f"wrote {name:3s} {out / f'comparison.{name}'}" in done.stdout
+    tidy = pd.read_csv(out / "comparison.csv")
+    assert list(tidy.columns) == ["label", "seed", "run", "frames", "success", "return"]
+    assert sorted(set(zip(tidy.label, tidy.seed, strict=True))) == [
+        ("glam", 1),
+        ("glam", 2),
+        ("tiny", 1),
+        ("tiny", 2),
+    ]
+    last = tidy[(tidy.label == "tiny") & (tidy.seed == 2)].iloc[-1]
+    assert (last.frames, last.success) == (2048, pytest.approx(0.9))
+    markdown = (out / "comparison.md").read_text()
+    # tiny reaches 0.5 at update 5 (seed 1: 0.55) and 4 (seed 2: 0.5); 0.9 only with seed 2.
+    assert "| tiny | 0.5 | 2 of 2 | 1,152 | 1,152 | 1: 1,280, 2: 1,024 |" in markdown
+    assert "| tiny | 0.9 | 1 of 2 | 2,048 | 2,048 | 1: never, 2: 2,048 |" in markdown
+    assert f"| glam | {HELD_OUT} | BabyAI-MixedTestLocal-v0 | 1 | 0.800 |" in markdown
+    assert f"| glam | {TRAINING} | {LEVEL} | 1 | 1.000 |" in markdown
+    assert f"| random | {BASELINE} | {LEVEL} | 1 | 0.300 |" in markdown
+    assert str(tmp_path / "tiny-1") in markdown
+    png = (out / "comparison.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    good = make_run(tmp_path / "good", [100, 200], [0.1, 0.2])
+    no_metrics = make_run(tmp_path / "no-metrics", [100], [0.1])
+    (no_metrics / "metrics.csv").unlink()
+    header_only = make_run(tmp_path / "header-only", [100], [0.1])
+    (header_only / "metrics.csv").write_text("update,frames,charts/success_rate\n")
+    empty = make_run(tmp_path / "empty", [100], [0.1])
+    (empty / "metrics.csv").write_text("")
+    twin = make_run(tmp_path / "twin" / "good", [100], [0.1])  # same label (folder) and seed
+    return {
+        "no metrics.csv": ([str(no_metrics)], "has no metrics.csv"),
+        "header only": ([str(header_only)], "metrics.csv is empty: the run has no logged update"),
+        "empty file": ([str(empty)], "metrics.csv is empty"),
+        "not a folder": ([str(tmp_path / "missing")], "is not a folder"),
+        "unknown label key": ([str(good), "--label-by", "ppo.lrr"], "'ppo.lrr' is not a key"),
+        "same label and seed": ([str(good), str(twin)], "are both label 'good', seed 1"),
+        "baseline without results": ([str(good), "--baselines", str(tmp_path)], "no results.json"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no metrics.csv",
+        "header only",
+        "empty file",
+        "not a folder",
+        "unknown label key",
+        "same label and seed",
+        "baseline without results",
+    ],
+)
+def test_script_refuses_bad_input(case: str, tmp_path: Path) -> None:
+    args, message = _bad_inputs(tmp_path)[case]
+    out = tmp_path / "out"
+    done = _compare(*args, "--out", out)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith("error: ") and message in done.stderr
+    assert not out.exists()
