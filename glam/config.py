@@ -474,6 +474,11 @@ class TrainingRunConfig:
         return -(-self.train.total_frames // self.frames_per_update)
 
     def __post_init__(self) -> None:
+        if self.train.probe_every and self.policy.kind != "llm":
+            raise ValueError(
+                f"train.probe_every={self.train.probe_every}: the action-probability probe is "
+                f"for language-model policies, not policy.kind={self.policy.kind!r}; set it to 0"
+            )
         if self.frames_per_update % self.ppo.minibatch_size:
             raise ValueError(
                 f"ppo.minibatch_size={self.ppo.minibatch_size} must divide the transitions per "

@@ -21,6 +21,9 @@ situation.
                         enabled=accelerator.is_main_process)
     metrics |= probe.after_update(update, model)       # every process: a collective forward
 
+In a training run, `train.probe_every=K` adds `ProbeHook` to the trainer's hooks
+(`scripts/train_language_agent.py`): probed at update 0 (a fresh run) and every K updates.
+
 `probe.csv` (main process) gets one row per update, situation and candidate action: `update`,
 `probe`, `task_type`, `action`, `probability`, `is_right`. `scripts/plot_probe.py` draws it.
 """
@@ -28,11 +31,12 @@ situation.
 from __future__ import annotations
 
 import csv
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,6 +47,10 @@ from babyai_text import ActionSpace, get_action_space
 from babyai_text.describe import describe_view, translate_mission
 from glam.config import EnvConfig, PolicyConfig
 from glam.policy.prompts import PromptHistory
+from glam.ppo.hooks import TrainerHook
+
+if TYPE_CHECKING:
+    from glam.ppo.trainer import Training
 
 __all__ = [
     "PROBE_CSV",
@@ -50,6 +58,7 @@ __all__ = [
     "SITUATIONS",
     "ActionProbe",
     "Probe",
+    "ProbeHook",
     "Seen",
     "Situation",
     "build_probes",
@@ -433,3 +442,34 @@ class ActionProbe:
             writer.writeheader()
             writer.writerows(kept)
         tmp.replace(self.path)
+
+
+class ProbeHook(TrainerHook):
+    """Runs the `ActionProbe` inside a PPO run (`train.probe_every`): once before the first
+    update of a fresh run (update 0: the untrained policy), then every `probe_every` updates.
+
+    Every update's row of metrics.csv has the probe's columns (blank between probes: the CSV's
+    columns are fixed by its first row)."""
+
+    def __init__(self) -> None:
+        self.probe: ActionProbe | None = None
+
+    def start(self, training: Training) -> None:
+        cfg, accelerator = training.cfg, training.accelerator
+        policy = accelerator.unwrap_model(training.model)
+        self.probe = ActionProbe(
+            training.run_dir,
+            cfg.train.probe_every,
+            cfg.env,
+            cfg.policy,
+            tokenizer=getattr(policy, "tokenizer", None),
+            enabled=accelerator.is_main_process,
+        )
+        if training.state.update == 0:
+            self.probe.after_update(0, training.model)
+
+    def after_update(
+        self, training: Training, model: torch.nn.Module, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        found = self.probe.after_update(training.state.update, model)
+        return {name: found.get(name, math.nan) for name in self.probe.metric_names}

@@ -75,8 +75,13 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     cfg.train.label = cfg.train.label or config_name
     accelerator.print(f"[glam] run folder {run_dir}, {describe(accelerator)}")
 
+    hooks = []
+    if cfg.train.probe_every:
+        from glam.probe import ProbeHook
+
+        hooks.append(ProbeHook())
     try:
-        result = train(cfg, accelerator, run_dir, stop)
+        result = train(cfg, accelerator, run_dir, stop, hooks=hooks)
     except SetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -325,3 +325,41 @@ def test_plot_probe_refuses_a_run_without_probes(content: str | None, tmp_path: 
     assert done.returncode == 2
     assert ("has no probe.csv" if content is None else "probe.csv is empty") in done.stderr
     assert not (tmp_path / "probe.png").exists()
+
+
+def test_train_probe_every_probes_a_tiny_training_run(tmp_path: Path) -> None:
+    """Through the training script: update 0 and every 2nd update probed; metrics.csv has the
+    probe's columns on every row, blank between probes."""
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train_language_agent.py"),
+            "--config-name",
+            "tiny",
+            f"train.output_dir={run_dir}",
+            "train.total_frames=192",
+            "train.probe_every=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _read_probe_csv(run_dir / "probe.csv")
+    assert sorted({int(row["update"]) for row in rows}) == [0, 2]
+    with (run_dir / "metrics.csv").open() as file:
+        metrics = list(csv.DictReader(file))
+    assert [row["probe/right_action_prob"] != "" for row in metrics] == [False, True, False]
+    right = [
+        float(r["probability"]) for r in rows if r["update"] == "2" and r["is_right"] == "True"
+    ]
+    assert float(metrics[1]["probe/right_action_prob"]) == pytest.approx(sum(right) / len(right))
+
+
+def test_the_probe_is_refused_for_a_policy_that_does_not_read_text() -> None:
+    from glam.config import TrainConfig, TrainingRunConfig
+
+    with pytest.raises(ValueError, match="train.probe_every=3: the action-probability probe"):
+        TrainingRunConfig(policy=PolicyConfig(kind="symbolic"), train=TrainConfig(probe_every=3))
