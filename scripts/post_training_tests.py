@@ -6,6 +6,10 @@
     python scripts/post_training_tests.py agent.kind=zero_shot eval.suites=[no_change] \
         eval.episodes=50 eval.num_envs=10
 
+    # a symbolic policy (BabyAI's actor-critic on the grid): the suites that change the env
+    python scripts/post_training_tests.py agent.kind=checkpoint agent.path=runs/symbolic/seed-1 \
+        'eval.suites=[no_change,new_composition]' eval.level=BabyAI-MixedTestLocal-v0
+
     # one GPU: a trained run (its newest checkpoint), every suite, on the held-out pairs
     python scripts/post_training_tests.py agent.kind=checkpoint agent.path=runs/glam_paper/seed-1 \
         eval.level=BabyAI-MixedTestLocal-v0 eval.output_dir=runs/glam_paper/seed-1/eval/test
@@ -20,10 +24,11 @@ success_rate, ci_low, ci_high, mean_return, mean_length, episodes, and the same 
 plus the agent and eval settings), results.csv, results.md, results.png and episodes.jsonl to
 `eval.output_dir`. A suite that cannot apply to the agent (its actions cannot complete the
 suite's level, the suite has no word for one of them, the level never teaches what the suite
-composes) plays nothing: its row says "not applicable" and why, and no chart or mean counts
-it. A folder that already holds results is refused unless `eval.overwrite=true`. Options:
-configs/eval/post_training_tests.yaml and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an
-invalid value), 2 the evaluation cannot start (missing checkpoint, unknown suite or level,
+composes, the agent reads the grid and the suite changes only words) plays nothing: its row says
+"not applicable" and why, and no chart or mean counts it. A folder that already holds results is
+refused unless `eval.overwrite=true`. Options: configs/eval/post_training_tests.yaml and
+glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
+value), 2 the evaluation cannot start (missing or damaged checkpoint, unknown suite or level,
 `eval.output_dir` holding results).
 """
 

@@ -2,7 +2,8 @@
 
 Every agent answers an :class:`ActRequest` (the prompts of the running envs, after the suite's
 rewrite, with the envs themselves and per-episode RNGs) with one :class:`Decision` per env.
-Language agents read only the prompts; the bot reads only the grid; random reads nothing.
+Language agents read only the prompts; the bot and the symbolic policy read only the grid (and
+the symbolic policy the mission); random reads nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 from minigrid.utils.baby_ai_bot import BabyAIBot
 from transformers import PreTrainedTokenizerBase
 
+from glam.baselines.symbolic import SymbolicActorCritic
+from glam.policy.observations import GridObservations
 from glam.policy.prompts import PromptHistory
 
 __all__ = [
@@ -28,7 +31,9 @@ __all__ = [
     "History",
     "RandomAgent",
     "ScoringAgent",
+    "SymbolicAgent",
     "choose_actions",
+    "grid_observation",
 ]
 
 
@@ -84,7 +89,7 @@ class ActRequest:
     action_words: tuple[str, ...]
     """The env's action words (the same for every env of a suite)."""
     envs: list[Any]
-    """The `babyai_text.TextEnv`s themselves (only the bot looks at them)."""
+    """The `babyai_text.TextEnv`s themselves (only the grid readers look at them)."""
     slots: list[int]
     """Env slot of each entry: stable over an episode, reused by the next one."""
     new_episode: list[bool]
@@ -214,4 +219,59 @@ class ScoringAgent(Agent):
             ]
         )
         actions = choose_actions(logits, request.rngs, greedy=self.greedy)
+        return [Decision(action) for action in actions]
+
+
+def grid_observation(env: Any) -> dict[str, Any]:
+    """The minigrid observation a `babyai_text.TextEnv` returned at its last reset or step: the
+    egocentric view (`image`), the `direction`, and the `mission` in the env's language.
+
+    minigrid computes it from the current state (`gen_obs`, no randomness, no side effect).
+    """
+    return {**env.unwrapped.gen_obs(), "mission": env.mission}
+
+
+class SymbolicAgent(Agent):
+    """A policy on minigrid's symbolic observation (`SymbolicActorCritic`): it reads each env's
+    grid and mission, never the prompt, so a suite that only rewrites the prompt does not
+    apply to it (`glam.eval.suites.plan_suite`, prompt format `grid`)."""
+
+    def __init__(
+        self,
+        name: str,
+        policy: SymbolicActorCritic,
+        *,
+        greedy: bool,
+        temperature: float = 1.0,
+        batch_size: int = 0,
+    ) -> None:
+        """
+        Args:
+            name: label in reports.
+            policy: the actor-critic; its outputs are its `action_words`, in order.
+            greedy: argmax instead of sampling.
+            temperature: sampling is from softmax(logits / temperature).
+            batch_size: most envs per forward pass; 0: all at once.
+        """
+        self.name = name
+        self.policy = policy
+        self.greedy = greedy
+        self.temperature = temperature
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def act(self, request: ActRequest) -> list[Decision]:
+        if list(request.action_words) != self.policy.action_words:
+            raise ValueError(
+                f"the symbolic policy has one output per action of {self.policy.action_words}, "
+                f"the env offers {list(request.action_words)}: evaluate it in the action space "
+                "it was trained in (eval.action_space)"
+            )
+        observations = GridObservations.from_minigrid([grid_observation(e) for e in request.envs])
+        n, size = len(observations), self.batch_size or len(observations)
+        chunks = [observations.select(range(i, min(i + size, n))) for i in range(0, n, size)]
+        logits = torch.cat([self.policy(**chunk.inputs()).logits for chunk in chunks])
+        actions = choose_actions(
+            logits.float().cpu() / self.temperature, request.rngs, greedy=self.greedy
+        )
         return [Decision(action) for action in actions]

@@ -12,7 +12,16 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase
 
-from glam.eval.agents import Agent, BotAgent, FormattedHistory, History, RandomAgent, ScoringAgent
+from glam.baselines.loading import load_policy
+from glam.eval.agents import (
+    Agent,
+    BotAgent,
+    FormattedHistory,
+    History,
+    RandomAgent,
+    ScoringAgent,
+    SymbolicAgent,
+)
 from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig
 from glam.eval.generation import GenerationAgent
 from glam.models.loading import DTYPES, load_model
@@ -57,7 +66,9 @@ def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         FileNotFoundError: a checkpoint or BC folder that does not exist or is not one.
         glam.ModelNotFoundError: a model spec that resolves to nothing.
         glam.policy.CheckpointError: a saved policy with a missing, truncated or malformed file,
-            or whose model needs its own code while `agent.trust_remote_code` is off.
+            of an unknown kind, or whose model needs its own code while `agent.trust_remote_code`
+            is off.
+        ValueError: `agent.dtype` other than float32 for a policy that is not a language model.
     """
     if cfg.kind == "random":
         return RandomAgent()
@@ -74,9 +85,18 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         raise FileNotFoundError(f"agent.path={cfg.path!r} does not exist (checkpoint expected)")
     folder = path if _is_saved_policy(path) else policy_dir(path)
     if not _is_saved_policy(folder):
-        raise FileNotFoundError(f"{folder} holds no saved policy (LLMActorCritic.save_pretrained)")
-    policy = LLMActorCritic.from_pretrained(folder, trust_remote_code=_trust_remote_code(cfg))
+        raise FileNotFoundError(f"{folder} holds no saved policy (a save_pretrained folder)")
+    policy = load_policy(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
+    if isinstance(policy, LLMActorCritic):
+        agent = _llm_checkpoint_agent(cfg, policy, greedy=greedy)
+    else:
+        agent = _baseline_checkpoint_agent(cfg, policy, greedy=greedy)
+    agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
+    return agent
+
+
+def _llm_checkpoint_agent(cfg: AgentConfig, policy: LLMActorCritic, *, greedy: bool) -> Agent:
     if cfg.dtype != "float32":
         policy.model.to(DTYPES[cfg.dtype])  # the heads stay in fp32
     if cfg.temperature is not None:
@@ -96,11 +116,33 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         return policy(prompts, [list(action_words)] * len(prompts)).logits
 
     history = _history_factory(policy.policy_cfg.prompt_format, policy.tokenizer)
-    agent = ScoringAgent(
+    return ScoringAgent(
         agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
     )
-    agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
-    return agent
+
+
+def _baseline_checkpoint_agent(cfg: AgentConfig, policy: torch.nn.Module, *, greedy: bool) -> Agent:
+    """A policy trained from scratch: BabyAI's symbolic actor-critic on the grid, or a text
+    policy scoring the action strings of GLAM's prompt (DRRN's Q values)."""
+    if cfg.dtype != "float32":
+        raise ValueError(
+            f"agent.dtype={cfg.dtype} lowers a language model's weights; a "
+            f"{type(policy).__name__} runs in float32 (set agent.dtype=float32)"
+        )
+    temperature = cfg.temperature or 1.0
+    if getattr(policy, "observation_kind", "text") == "grid":
+        return SymbolicAgent(
+            agent_label(cfg),
+            policy,
+            greedy=greedy,
+            temperature=temperature,
+            batch_size=cfg.batch_size,
+        )
+
+    def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
+        return policy(prompts, [list(action_words)] * len(prompts)).logits / temperature
+
+    return ScoringAgent(agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size)
 
 
 def _trust_remote_code(cfg: AgentConfig) -> bool:

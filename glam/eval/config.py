@@ -42,8 +42,9 @@ class AgentConfig:
     """Which agent plays: a trained policy, a pretrained model zero-shot, BC, or a baseline."""
 
     kind: str = "zero_shot"
-    """`checkpoint` (PPO run), `zero_shot` (any model), `bc` (behavioural cloning adapter),
-    `random` or `bot` (BabyAI's planner, which reads the grid, not the text)."""
+    """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
+    actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`
+    or `bot` (BabyAI's planner, which reads the grid, not the text)."""
     path: str = ""
     """`checkpoint`: a run folder, one of its checkpoint folders or a saved policy folder.
     `bc`: the folder of the saved adapter (or of a full fine-tuned model)."""
@@ -60,11 +61,13 @@ class AgentConfig:
     """Scoring protocol of zero_shot/bc: candidate score is the `sum` of token log-probs, or the
     mean per `token` or per `word`."""
     temperature: float | None = None
-    """Scoring protocol: the policy is softmax(scores / temperature). None: a checkpoint's own
-    (`policy.temperature` of its run), 1 otherwise (GLAM's). Only sampling sees it (greedy play
-    takes the best score whatever the temperature)."""
+    """Scoring protocol: the policy is softmax(scores / temperature). None: a language-model
+    checkpoint's own (`policy.temperature` of its run), 1 otherwise (GLAM's; a symbolic or DRRN
+    policy's). Only sampling sees it (greedy play takes the best score whatever the
+    temperature)."""
     dtype: str = "float32"
-    """Weights dtype: float32, bfloat16 or float16."""
+    """Weights dtype of a language model: float32, bfloat16 or float16 (symbolic and DRRN
+    policies run in float32)."""
     device: str = "auto"
     """`auto` (CUDA when available), `cpu`, `cuda`, `cuda:1`..."""
     batch_size: int = 0

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import babyai_text
-from glam.eval.agents import ActRequest, Agent, BotAgent, History, RandomAgent
+from glam.eval.agents import ActRequest, Agent, BotAgent, History, RandomAgent, SymbolicAgent
 from glam.eval.generation import BalrogHistory
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
@@ -89,9 +89,12 @@ def plan_for(
 
 
 def prompt_format_of(agent: Agent) -> str:
-    """How `agent`'s prompts are written: `glam`, `chat`, `balrog`; `none` if it reads no text."""
+    """How `agent`'s prompts are written: `glam`, `chat`, `balrog`; `none` if it reads no text,
+    `grid` if it reads the grid and the mission instead of the prompt."""
     if isinstance(agent, (RandomAgent, BotAgent)):
         return "none"
+    if isinstance(agent, SymbolicAgent):
+        return "grid"
     history = agent.new_history(1)
     if isinstance(history, BalrogHistory):
         return "balrog"

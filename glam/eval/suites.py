@@ -12,14 +12,18 @@ Substitutions match whole words only ("red" becomes "vermilion", "reddish" or "b
 a leading capital ("Red" becomes "Vermilion"), and cover the plural of each noun ("keys" becomes
 "chairs"), so a mission or description that used one would be rewritten too.
 
-A suite that changes the env may not apply to an agent; `plan_suite` says what a suite plays for
-an agent on the evaluated level, or why it is *not applicable*:
+A suite may not apply to an agent; `plan_suite` says what a suite plays for an agent on the
+evaluated level, or why it is *not applicable*:
 
 - the suite's words must cover every action of the agent (no renamed word for "sleep");
 - the agent's actions must be able to complete the suite's level (picking up two objects in turn
   needs "pick up" and "drop");
 - the French suite needs a prompt with French headers (GLAM's text or chat format, not BALROG's)
   and missions that can be said in French;
+- an agent that reads the grid instead of the prompt (`prompt_format="grid"`, BabyAI's symbolic
+  actor-critic) is not evaluated on a suite that changes only words (prompt rewrites, French,
+  renamed actions): they test how an agent reads the prompt, which it never sees; a suite that
+  changes the env (another level) applies to it;
 - a suite that brings its own level tests a *new composition* of what the evaluated level asks:
   every part of its missions (each action, the sequence of two) must be asked by the evaluated
   level, and none of its task types.
@@ -108,6 +112,13 @@ class Suite:
         words = sorted(self.substitutions, key=len, reverse=True)
         alternatives = "|".join(re.escape(word) for word in words)
         return re.compile(rf"\b({alternatives})\b", flags=re.IGNORECASE)
+
+    @property
+    def changes_words_only(self) -> bool:
+        """The suite changes only words (of the prompt, the mission or the actions) and plays
+        the evaluated level's rooms as they are."""
+        changes_words = bool(self.substitutions) or self.language != "en" or bool(self.action_space)
+        return changes_words and self.level is None
 
     def rewrite(self, text: str) -> str:
         """Apply the suite's substitutions to `text` (the whole prompt the model reads)."""
@@ -220,7 +231,8 @@ class SuitePlan:
     language: str
     """Language of the mission, descriptions and prompt headers."""
     prompt_format: str
-    """How the agent's prompt is written: `glam`, `chat`, `balrog`, or `none` (reads no text)."""
+    """How the agent's prompt is written: `glam`, `chat`, `balrog`, `none` (reads no text), or
+    `grid` (reads the grid and the mission, not the prompt)."""
     not_applicable: str = ""
     """Why the suite cannot be played by this agent; empty when it can."""
 
@@ -274,7 +286,8 @@ def plan_suite(
         level: the evaluated level (what `no_change` plays).
         action_space: the agent's action space; None: unknown, the level's default is played
             (and a suite's action space whole).
-        prompt_format: how the agent's prompts are written (`glam`, `chat`, `balrog`, `none`).
+        prompt_format: how the agent's prompts are written (`glam`, `chat`, `balrog`, `none`,
+            `grid`).
         probe_seeds: the evaluation's first seeds: their missions must be expressible in the
             suite's language, and they give the task types of a level that does not list them.
     """
@@ -283,7 +296,7 @@ def plan_suite(
     level_id = suite.level or level
     env = babyai_text.make(level_id, action_space=words, language=suite.language)
     plan = SuitePlan(suite, level_id, env.action_space_def, suite.language, prompt_format)
-    reason = reason or _missing_actions(plan) or _prompt_problem(plan)
+    reason = _reader_problem(plan) or reason or _missing_actions(plan) or _prompt_problem(plan)
     if not reason and suite.level:
         reason = _composition_problem(suite.level, level, probe_seeds)
     if not reason and suite.language != "en":
@@ -328,6 +341,16 @@ def _missing_actions(plan: SuitePlan) -> str:
         f"{plan.level} cannot be completed without {names}, and the agent's actions "
         f"({_words(plan.action_space)}) have no such action"
     )
+
+
+def _reader_problem(plan: SuitePlan) -> str:
+    """Why the suite tests nothing of how the agent reads ("" when it does)."""
+    if plan.prompt_format == "grid" and plan.suite.changes_words_only:
+        return (
+            "the agent reads the grid, not the prompt: the suite changes only words (of the "
+            "prompt, the mission or the actions), not the env"
+        )
+    return ""
 
 
 def _prompt_problem(plan: SuitePlan) -> str:

@@ -3,8 +3,9 @@
 Layout of `RUN_DIR/checkpoints/`::
 
     update_000012/
-        policy/               the policy's `save_pretrained` folder: LoRA adapter in peft format
-                              (or the full model), heads.safetensors, its config json
+        policy/               the policy's `save_pretrained` folder and its glam_policy.json: an
+                              LLM's LoRA adapter in peft format (or full model) and
+                              heads.safetensors, or a symbolic policy's model.safetensors
         optimizer.pt          optimizer state (tensors and numbers only); under DeepSpeed instead:
         deepspeed/state/        DeepSpeed's checkpoint: every process's optimizer shard
         scheduler.json        learning-rate scheduler state
@@ -124,8 +125,8 @@ def _read_pointer(pointer: Path) -> tuple[str, str | None]:
 
 
 def policy_dir(run_dir_or_checkpoint: str | Path) -> Path:
-    """The `policy/` folder (`LLMActorCritic.from_pretrained`) of a checkpoint or of the newest
-    checkpoint of a run folder."""
+    """The `policy/` folder (`glam.baselines.loading.load_policy`) of a checkpoint or of the
+    newest checkpoint of a run folder."""
     path = Path(run_dir_or_checkpoint)
     if (path / "policy").is_dir():
         return path / "policy"

@@ -1,0 +1,105 @@
+"""Load any saved policy folder: its `glam_policy.json` says which kind of agent it holds.
+
+| `kind` | class | reads |
+|---|---|---|
+| absent or `llm` | `glam.policy.llm_policy.LLMActorCritic` | the prompt |
+| `symbolic` | `glam.baselines.symbolic.SymbolicActorCritic` | minigrid's grid and the mission |
+| `drrn` | `glam.baselines.drrn.DRRNPolicy` | the prompt |
+
+The classes are entry points looked up by name when a folder of their kind is loaded, so a kind
+whose module is not installed is reported as such.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from glam.config import EnvConfig
+from glam.policy.llm_policy import CONFIG_FILE, FORMAT_VERSION, CheckpointError
+
+__all__ = ["POLICY_CLASSES", "load_policy", "policy_kind", "read_policy_config"]
+
+POLICY_CLASSES: dict[str, str] = {
+    "llm": "glam.policy.llm_policy:LLMActorCritic",
+    "symbolic": "glam.baselines.symbolic:SymbolicActorCritic",
+    "drrn": "glam.baselines.drrn:DRRNPolicy",
+}
+"""The class of each policy kind, as `module:Class`; each has `from_pretrained(path, *,
+training_env=None)` (the LLM's also takes `trust_remote_code`)."""
+
+
+def read_policy_config(path: str | Path) -> dict[str, Any]:
+    """The `glam_policy.json` of the policy folder `path`, as a JSON object of a known format.
+
+    Raises:
+        CheckpointError: the file is missing, not JSON, not an object, or of an unknown format
+            version (the message names it).
+    """
+    file = Path(path) / CONFIG_FILE
+    if not file.is_file():
+        what = "folder does not exist" if not file.parent.is_dir() else "file is missing"
+        raise CheckpointError(f"{file}: {what} (not a policy saved by save_pretrained)")
+    try:
+        meta = json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{file}: not a JSON object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{file}: unknown format {meta.get('format_version')!r}")
+    return meta
+
+
+def policy_kind(path: str | Path) -> str:
+    """The kind of policy saved in the folder `path` (`llm` when the file names none).
+
+    Raises:
+        CheckpointError: an unreadable `glam_policy.json`, or a kind this version does not know.
+    """
+    kind = read_policy_config(path).get("kind", "llm")
+    if kind not in POLICY_CLASSES:
+        raise CheckpointError(
+            f"{Path(path) / CONFIG_FILE}: unknown policy kind {kind!r}; known kinds: "
+            f"{', '.join(POLICY_CLASSES)}"
+        )
+    return kind
+
+
+def load_policy(
+    path: str | Path,
+    *,
+    trust_remote_code: bool = False,
+    training_env: EnvConfig | Mapping[str, Any] | None = None,
+) -> nn.Module:
+    """The policy saved in the folder `path`, by the `from_pretrained` of its kind.
+
+    `trust_remote_code` (language models only) is the caller's decision, never the folder's;
+    `training_env` replaces the env recorded in the folder.
+
+    Raises:
+        CheckpointError: a missing, truncated or malformed file (named), an unknown kind, or a
+            kind whose module is not installed.
+    """
+    kind = policy_kind(path)
+    module_name, class_name = POLICY_CLASSES[kind].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise  # the module is there, something it imports is not
+        raise CheckpointError(
+            f"{Path(path) / CONFIG_FILE}: a {kind!r} policy needs {module_name}, which this "
+            "installation of glam does not have"
+        ) from None
+    policy_class = getattr(module, class_name)
+    if kind == "llm":
+        return policy_class.from_pretrained(
+            path, trust_remote_code=trust_remote_code, training_env=training_env
+        )
+    return policy_class.from_pretrained(path, training_env=training_env)

@@ -1,0 +1,278 @@
+"""BabyAI's actor-critic on minigrid's symbolic observation: the paper's "symbolic PPO" baseline.
+
+The model of Chevalier-Boisvert et al. (2019), as BabyAI 1.1 ships it (`babyai/model.py`,
+architecture `bow_endpool_res` with a GRU over the mission, without the optional LSTM memory):
+
+    image (B, 7, 7, 3) -> bag of words: one embedding per (channel, value), summed over the
+                          three channels of a cell -> (B, D, 7, 7)
+                       -> 2 x [conv 3x3, norm, ReLU]
+    mission words      -> hashed ids -> embedding -> GRU -> its output after the last word (B, I)
+    `film_layers` x    x = x + FiLMBlock(x, mission)      (residual; FiLM: gamma(m) * x + beta(m))
+                       -> max-pool over the 7 x 7 cells, ReLU -> (B, D)
+                       -> actor MLP (D -> hidden -> A, tanh): one logit per action word
+                       -> critic MLP (D -> hidden -> 1, tanh): the state value
+
+One deliberate difference: BabyAI normalises with `BatchNorm2d`; this model normalises each
+example on its own (`GroupNorm` with one group: mean and variance over its channels and cells).
+The PPO trainer samples actions in eval mode over the batch of envs and recomputes log-probs in
+train mode over shuffled minibatches: with batch statistics the two forwards would differ
+(PPO's first ratio would not be 1), an env's action would depend on the other envs of its
+batch, and evaluation would run on running averages the policy never acted with. Per-example
+normalisation gives one function of the observation in every mode and batch.
+
+The direction the agent faces is accepted (minigrid's observation carries it) and, as in
+BabyAI, not used: the view is egocentric, and the GLAM levels need no compass.
+
+A policy folder is `glam_policy.json` (`kind: "symbolic"`, the `symbolic` settings, the action
+words, the env it was trained on) and `model.safetensors`: no pickle, no code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from glam.baselines.loading import read_policy_config
+from glam.baselines.words import encode_texts
+from glam.config import EnvConfig, SymbolicConfig
+from glam.policy.heads import mlp
+from glam.policy.llm_policy import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    CheckpointError,
+    PolicyOutput,
+    _check_safetensors,
+    _env_record,
+)
+
+__all__ = ["WEIGHTS_FILE", "FiLM", "FiLMBlock", "ImageBOWEmbedding", "SymbolicActorCritic"]
+
+WEIGHTS_FILE = "model.safetensors"
+CELL_VALUES = (len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX))
+"""How many values each channel of a minigrid cell takes: object type, colour, state."""
+
+
+def init_linear(module: nn.Module) -> None:
+    """BabyAI's initialisation of a linear layer: Gaussian rows scaled to unit norm, zero bias
+    (each output starts with the variance of its input, whatever the width)."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight)
+        with torch.no_grad():
+            module.weight /= module.weight.norm(dim=1, keepdim=True)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def _norm(channels: int) -> nn.GroupNorm:
+    """Per-example normalisation over channels and cells (see the module docstring)."""
+    return nn.GroupNorm(1, channels)
+
+
+class ImageBOWEmbedding(nn.Module):
+    """minigrid's `(B, W, H, 3)` cell codes -> `(B, dim, W, H)`: each channel's value has its
+    own embedding, and a cell is the sum of its three (BabyAI 1.1's bag of words)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(sum(CELL_VALUES), dim)
+        offsets = torch.tensor([0, CELL_VALUES[0], CELL_VALUES[0] + CELL_VALUES[1]])
+        self.register_buffer("offsets", offsets, persistent=False)
+        self.register_buffer("limits", torch.tensor(CELL_VALUES), persistent=False)
+
+    def forward(self, images: Tensor) -> Tensor:
+        codes = images.long()
+        if codes.ndim != 4 or codes.shape[-1] != 3:
+            raise ValueError(
+                f"images must be (batch, width, height, 3) minigrid codes, got {tuple(images.shape)}"
+            )
+        outside = (codes < 0) | (codes >= self.limits)
+        if outside.any():
+            channel = int(outside.nonzero()[0, -1])
+            raise ValueError(
+                f"images hold a value outside minigrid's encoding in channel {channel} "
+                f"(object, colour, state take 0..{[n - 1 for n in CELL_VALUES]})"
+            )
+        embedded = self.embedding(codes + self.offsets).sum(dim=3)  # (B, W, H, dim)
+        return embedded.permute(0, 3, 1, 2)
+
+
+class FiLM(nn.Module):
+    """Feature-wise linear modulation (Perez et al. 2018): `gamma(c) * x + beta(c)`, one gamma
+    and one beta per channel of `x`, both linear in the conditioning vector `c`."""
+
+    def __init__(self, condition_dim: int, channels: int) -> None:
+        super().__init__()
+        self.gamma = nn.Linear(condition_dim, channels)
+        self.beta = nn.Linear(condition_dim, channels)
+
+    def forward(self, features: Tensor, condition: Tensor) -> Tensor:
+        # features (B, C, W, H), condition (B, condition_dim)
+        gamma = self.gamma(condition)[:, :, None, None]
+        beta = self.beta(condition)[:, :, None, None]
+        return gamma * features + beta
+
+
+class FiLMBlock(nn.Module):
+    """BabyAI's FiLM module: conv 3x3, norm, ReLU, conv 3x3, FiLM by the mission, norm, ReLU."""
+
+    def __init__(self, channels: int, condition_dim: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.norm1 = _norm(channels)
+        self.conv2 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.film = FiLM(condition_dim, channels)
+        self.norm2 = _norm(channels)
+
+    def forward(self, features: Tensor, condition: Tensor) -> Tensor:
+        hidden = torch.relu(self.norm1(self.conv1(features)))
+        return torch.relu(self.norm2(self.film(self.conv2(hidden), condition)))
+
+
+class SymbolicActorCritic(nn.Module):
+    """BabyAI's actor-critic (see the module docstring): one logit per action word and a value,
+    from the egocentric grid and the mission.
+
+    `action_words` name the outputs, in order (the env's action space the policy acts in).
+    """
+
+    observation_kind = "grid"
+    """What the policy reads: `glam.policy.observations.GridObservations`."""
+
+    def __init__(self, cfg: SymbolicConfig, action_words: Sequence[str]) -> None:
+        super().__init__()
+        if not action_words:
+            raise ValueError("a symbolic policy needs its action words (one output per action)")
+        self.cfg = cfg
+        self.action_words = list(action_words)
+        self.training_env: dict[str, Any] | None = None
+        """The settings of the env the policy was trained on (`EnvConfig`'s fields), when known."""
+        dim = cfg.image_dim
+        self.image_encoder = nn.Sequential(
+            ImageBOWEmbedding(dim),
+            nn.Conv2d(dim, dim, kernel_size=3, padding=1),
+            _norm(dim),
+            nn.ReLU(),
+            nn.Conv2d(dim, dim, kernel_size=3, padding=1),
+            _norm(dim),
+            nn.ReLU(),
+        )
+        self.word_embedding = nn.Embedding(cfg.vocabulary_buckets, cfg.instr_dim, padding_idx=0)
+        self.mission_rnn = nn.GRU(cfg.instr_dim, cfg.instr_dim, batch_first=True)
+        self.film_blocks = nn.ModuleList(
+            FiLMBlock(dim, cfg.instr_dim) for _ in range(cfg.film_layers)
+        )
+        self.actor = mlp(dim, [cfg.hidden_dim], len(self.action_words), "tanh")
+        self.critic = mlp(dim, [cfg.hidden_dim], 1, "tanh")
+        self.apply(init_linear)
+
+    @property
+    def device(self) -> torch.device:
+        return self.actor[0].weight.device
+
+    def encode_missions(self, missions: Sequence[str]) -> Tensor:
+        """`(B, instr_dim)`: the GRU's output after each mission's last word."""
+        ids, lengths = encode_texts(missions, self.cfg.vocabulary_buckets)
+        outputs, _ = self.mission_rnn(self.word_embedding(ids.to(self.device)))
+        # Padding comes after the last word, so the output there has not read any of it.
+        return outputs[torch.arange(len(missions), device=self.device), lengths.to(self.device) - 1]
+
+    def forward(self, images: Tensor, directions: Tensor, missions: Sequence[str]) -> PolicyOutput:
+        """Action logits `(B, A)`, values `(B,)` and an all-True mask `(B, A)`.
+
+        Args:
+            images: `(B, 7, 7, 3)` minigrid codes (`GridObservations.images`), on any device.
+            directions: `(B,)` the agent's direction; not used (the view is egocentric).
+            missions: the B mission texts.
+        """
+        if not (len(images) == len(directions) == len(missions)):
+            raise ValueError(
+                f"one image, direction and mission per env: got {len(images)} images, "
+                f"{len(directions)} directions, {len(missions)} missions"
+            )
+        condition = self.encode_missions(missions)
+        features = self.image_encoder(images.to(self.device))
+        for block in self.film_blocks:
+            features = features + block(features, condition)
+        embedding = torch.relu(features.amax(dim=(2, 3)))  # (B, image_dim)
+        logits = self.actor(embedding)
+        values = self.critic(embedding).squeeze(-1)
+        return PolicyOutput(logits, values, torch.ones_like(logits, dtype=torch.bool))
+
+    # ----------------------------------------------------------------------------------------
+    # Checkpoints
+    # ----------------------------------------------------------------------------------------
+
+    def save_pretrained(
+        self, path: str | Path, *, training_env: EnvConfig | Mapping[str, Any] | None = None
+    ) -> Path:
+        """Write `glam_policy.json` and `model.safetensors` into the folder `path`.
+
+        `training_env` (by default `self.training_env`) is recorded so that the folder, copied on
+        its own, is still evaluated in the action space it was trained in.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, path / WEIGHTS_FILE)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": "symbolic",
+            "symbolic": asdict(self.cfg),
+            "action_words": self.action_words,
+            "env": _env_record(training_env) or self.training_env,
+        }
+        (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, *, training_env: EnvConfig | Mapping[str, Any] | None = None
+    ) -> SymbolicActorCritic:
+        """Restore a policy written by `save_pretrained` (`training_env` replaces its record).
+
+        Raises:
+            CheckpointError: a file of the folder is missing, truncated or malformed (named).
+        """
+        path = Path(path)
+        file = path / CONFIG_FILE
+        meta = read_policy_config(path)
+        if meta.get("kind") != "symbolic":
+            raise CheckpointError(f"{file}: kind={meta.get('kind')!r}, not a symbolic policy")
+        words = meta.get("action_words")
+        if not (isinstance(words, list) and words and all(isinstance(w, str) for w in words)):
+            raise CheckpointError(f"{file}: 'action_words' must be a non-empty list of strings")
+        if not isinstance(meta.get("env"), (dict, type(None))):
+            raise CheckpointError(f"{file}: 'env' has the wrong type ({meta['env']!r})")
+        try:
+            cfg = SymbolicConfig(**meta["symbolic"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(f"{file}: malformed 'symbolic' settings: {error}") from None
+        policy = cls(cfg, words)
+        weights = path / WEIGHTS_FILE
+        _check_safetensors(weights)
+        try:
+            policy.load_state_dict(load_file(weights))
+        except (SafetensorError, RuntimeError) as error:  # RuntimeError: missing keys, shapes
+            raise CheckpointError(
+                f"{weights}: the weights do not load with the 'symbolic' settings of "
+                f"{CONFIG_FILE}: {_first_problem(error)}"
+            ) from None
+        policy.training_env = _env_record(training_env) or meta.get("env")
+        return policy
+
+
+def _first_problem(error: BaseException) -> str:
+    """torch's list of state-dict mismatches (one line each) shortened to the first."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    details = lines[1:] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines
+    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+    return (details[0] if details else type(error).__name__) + more
