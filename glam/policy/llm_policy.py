@@ -49,6 +49,8 @@ SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
     "policy": {
         # Added with 1 as its default; the policy was the softmax of the raw scores before.
         "temperature": 1.0,
+        # Added when other agents joined; every policy folder before was a language model's.
+        "kind": "llm",
     },
     "model": {
         # Added with True as its default; the base model's dropout was left on before.
