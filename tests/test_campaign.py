@@ -190,6 +190,8 @@ def test_multi_node_template_is_picked_for_several_nodes(tmp_path: Path) -> None
         ({"overrides": ["a=1"]}, "overrides must be a mapping, got ['a=1']"),
         ({"seeds": [1, "2"]}, "seeds must be a non-empty list of integers"),
         ({"grid": {"a": ["x/y", "x-y"]}}, "same run folder twice"),
+        ({"script": "scripts/nope.py"}, "script 'scripts/nope.py' is not a training script"),
+        ({"script": "scripts/post_training_tests.py"}, "is not a training script of"),
     ],
 )
 def test_bad_campaign_exits_2_with_the_reason(
@@ -200,6 +202,44 @@ def test_bad_campaign_exits_2_with_the_reason(
     error = capsys.readouterr().err
     assert error.startswith(f"error: {path}: ")
     assert message in error
+
+
+def test_the_training_script_is_a_campaign_key_checked_against_its_own_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_yaml(tmp_path / "c.yaml", MINIMAL)
+    (job,) = glam_campaign.plan_jobs(glam_campaign.load_campaign(path), tmp_path)
+    assert job.config.entry_point == "scripts/train_language_agent.py"
+    assert "export GLAM_TRAIN_SCRIPT=scripts/train_language_agent.py" in job.script
+    # slurm.env still wins in the batch script (stand-ins such as slurm/local/fake_trainer.py).
+    stand_in = {**MINIMAL, "slurm": {"env": {"GLAM_TRAIN_SCRIPT": "slurm/local/fake_trainer.py"}}}
+    (job,) = glam_campaign.plan_jobs(
+        glam_campaign.load_campaign(write_yaml(tmp_path / "s.yaml", stand_in)), tmp_path
+    )
+    assert "export GLAM_TRAIN_SCRIPT=slurm/local/fake_trainer.py" in job.script
+    assert "GLAM_TRAIN_SCRIPT=scripts/train_language_agent.py" not in job.script
+
+    # Another script, with another schema: one entry in ENTRY_POINTS, and its jobs compose with
+    # that schema (the results table's has no `train` section, so train.seed is unknown).
+    monkeypatch.setitem(
+        glam_campaign.ENTRY_POINTS,
+        "scripts/test_results.py",
+        glam_campaign.EntryPoint("train", "glam.eval.config:ResultsTableConfig", "configs/eval"),
+    )
+    other = write_yaml(
+        tmp_path / "o.yaml",
+        {**MINIMAL, "preset": "test_results", "script": "scripts/test_results.py"},
+    )
+    (job,) = glam_campaign.plan_jobs(glam_campaign.load_campaign(other), tmp_path)
+    assert "export GLAM_TRAIN_SCRIPT=scripts/test_results.py" in job.script
+    (error,) = glam_campaign.check_jobs([job])
+    assert error.startswith("seed-1 train: unknown key train") and "valid keys" in error
+    assert (
+        glam_campaign.check_jobs(
+            glam_campaign.plan_jobs(glam_campaign.load_campaign(path), tmp_path)
+        )
+        == []
+    )
 
 
 def test_missing_campaign_file_fails_from_the_command_line(tmp_path: Path) -> None:

@@ -1,14 +1,18 @@
-"""The campaign file: a training preset, overrides, a grid and seeds, and SLURM resources.
+"""The campaign file: a training script and preset, overrides, a grid and seeds, and resources.
 
 A campaign is a YAML file (see `configs/campaign/glam_paper.yaml` for every key) read into
 `CampaignConfig` by `load_campaign`, which names any unknown or missing key and any value of the
-wrong type. Whether its overrides fit the training schema is checked later, job by job, when
+wrong type. Whether its overrides fit the script's schema is checked later, job by job, when
 the jobs are planned and composed (`glam.campaign.submission.check_jobs`).
+
+`ENTRY_POINTS` is the table of the scripts a job may run, each with the schema and the preset
+folder its config is composed from: a new training script is one line there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import types
 import typing
@@ -28,6 +32,48 @@ _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 class CampaignError(ValueError):
     """A campaign file that cannot be run; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A script that campaign jobs run, and how its config is composed and checked."""
+
+    kind: str
+    """`train` (a run folder with checkpoints, `train.*` keys) or `eval` (a results folder)."""
+    schema: str
+    """The script's config dataclass, `"module:Class"`, imported only when a job is checked."""
+    config_dir: str
+    """Its presets (`--config-name`), relative to the repository root."""
+    default_preset: str | None = None
+    """The preset the script composes without `--config-name` (evaluation jobs rely on it)."""
+
+    def load_schema(self) -> type:
+        """The config dataclass named by `schema`."""
+        module, _, name = self.schema.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def threads_key(self) -> str:
+        """The config key of the script's torch threads."""
+        return "train.torch_threads" if self.kind == "train" else "eval.torch_threads"
+
+
+DEFAULT_TRAINING_SCRIPT = "scripts/train_language_agent.py"
+EVALUATION_SCRIPT = "scripts/post_training_tests.py"
+ENTRY_POINTS: dict[str, EntryPoint] = {
+    DEFAULT_TRAINING_SCRIPT: EntryPoint("train", "glam.config:TrainingRunConfig", "configs"),
+    # The symbolic PPO and DRRN baselines (`--config-name symbolic_ppo|drrn`): `policy.kind`
+    # of the same schema, the same `train.*` keys and checkpoints.
+    "scripts/train_baseline.py": EntryPoint("train", "glam.config:TrainingRunConfig", "configs"),
+    EVALUATION_SCRIPT: EntryPoint(
+        "eval",
+        "glam.eval.config:PostTrainingTestsConfig",
+        "configs/eval",
+        default_preset="post_training_tests",
+    ),
+}
+"""Script (relative to the repository root) -> what it runs; `script` of a campaign is one of
+the `train` kind."""
 
 
 @dataclass
@@ -58,7 +104,8 @@ class SlurmConfig:
     sbatch_args: list[str] = field(default_factory=list)
     """Extra #SBATCH options, e.g. [--constraint=a100]."""
     env: dict[str, str] = field(default_factory=dict)
-    """Environment variables exported in the job (HF_HOME, NCCL_*, GLAM_TRAIN_SCRIPT...)."""
+    """Environment variables exported in the job (HF_HOME, NCCL_*...). GLAM_TRAIN_SCRIPT here runs
+    another script than the campaign's `script`, unchecked: for stand-ins in tests."""
     setup: list[str] = field(default_factory=list)
     """Shell lines run first in the job (`module load cuda`); the repo's .venv is activated after."""
 
@@ -128,6 +175,33 @@ class EvaluationConfig:
 
 
 @dataclass
+class LocalConfig:
+    """How `--local` runs each job on this machine (no SLURM); the `slurm` section is not read."""
+
+    processes: int = 1
+    """Training processes per run: 1 runs `python SCRIPT`, more `accelerate launch
+    --num_processes N SCRIPT` (on GPUs, each job gets its own N devices)."""
+    accelerate_args: list[str] = field(default_factory=list)
+    """`accelerate launch` options when processes > 1 (e.g. [--config_file,
+    configs/accelerate/zero2.yaml]); empty: `--multi_gpu` where CUDA is, else --config_file
+    configs/accelerate/multi_cpu.yaml (N CPU processes over gloo)."""
+    torch_threads: int | None = None
+    """Threads per process (`train.torch_threads`, `eval.torch_threads`, OMP_NUM_THREADS); None:
+    the cores this launcher may use divided by jobs x processes, at least 1."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of every local job (HF_HOME, HF_HUB_OFFLINE...)."""
+
+    def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise CampaignError(f"local.processes must be >= 1, got {self.processes}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise CampaignError(f"local.torch_threads must be >= 1, got {self.torch_threads}")
+        for key in self.env:
+            if not re.fullmatch(r"[A-Za-z_]\w*", key):
+                raise CampaignError(f"local.env: {key!r} is not a variable name")
+
+
+@dataclass
 class CampaignConfig:
     """A campaign: `preset` + `overrides` + each point of `grid`, for each seed."""
 
@@ -137,6 +211,9 @@ class CampaignConfig:
     """Training preset (`--config-name`), e.g. glam_paper."""
     seeds: list[int]
     """One run per seed and grid point (`train.seed`)."""
+    script: str = DEFAULT_TRAINING_SCRIPT
+    """Training script, relative to the repository root: a `train` entry of `ENTRY_POINTS`
+    (`scripts/train_baseline.py` for the symbolic_ppo and drrn presets)."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Hydra overrides shared by every run."""
     grid: dict[str, list[Any]] | None = None
@@ -147,8 +224,19 @@ class CampaignConfig:
     """Resources of each training job."""
     evaluation: EvaluationConfig | None = None
     """Evaluation jobs chained after each training job; None: none."""
+    local: LocalConfig = field(default_factory=LocalConfig)
+    """How each job runs with `--local` (this machine, no SLURM)."""
 
     def __post_init__(self) -> None:
+        entry = ENTRY_POINTS.get(self.script)
+        if entry is None or entry.kind != "train":
+            known = [path for path, entry in ENTRY_POINTS.items() if entry.kind == "train"]
+            raise CampaignError(
+                f"script {self.script!r} is not a training script of glam.campaign.config."
+                f"ENTRY_POINTS: {', '.join(known)}"
+            )
+        if not (REPO_ROOT / self.script).is_file():
+            raise CampaignError(f"script {self.script} does not exist in {REPO_ROOT}")
         if not re.fullmatch(r"[\w.-]+", self.name):
             raise CampaignError(f"name {self.name!r} may only hold letters, digits, '_.-'")
         if not self.seeds or not all(type(seed) is int for seed in self.seeds):

@@ -3,7 +3,9 @@
 `plan_jobs` expands a `CampaignConfig` into `Job`s: for each run (`expand_runs`) a training job
 whose script is a template of `slurm/` with this run's #SBATCH lines, environment and arguments
 filled in (`render_job_script`), then one evaluation job per level chained after it. Each job
-also records the config it will run (preset and overrides), for `glam.campaign.submission.check_jobs`.
+also records what it runs (`JobConfig`: the script, its preset and overrides), for
+`glam.campaign.submission.check_jobs` and for `glam.campaign.local`, which runs the same command
+without SLURM.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from glam.campaign.config import (
+    ENTRY_POINTS,
+    EVALUATION_SCRIPT,
     REPO_ROOT,
     TEMPLATE_DIR,
     CampaignConfig,
     CampaignError,
+    EntryPoint,
     EvaluationConfig,
     SlurmConfig,
     from_mapping,
@@ -132,11 +137,13 @@ def render_job_script(
     arguments: list[str],
     title: str,
     script_path: Path,
+    entry_point: str | None = None,
 ) -> str:
     """A template from slurm/ with its #SBATCH defaults replaced and this job's values filled in.
 
     Resources, environment and arguments are all in the script, so SLURM reruns the same job on
-    requeue and a user can resubmit it with a plain `sbatch script_path`.
+    requeue and a user can resubmit it with a plain `sbatch script_path`. `entry_point` is the
+    training script the template runs (`GLAM_TRAIN_SCRIPT`; `slurm.env` may replace it).
     """
     lines = (TEMPLATE_DIR / f"{template}.sbatch").read_text().splitlines()
     last_directive = max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))
@@ -146,6 +153,7 @@ def render_job_script(
         "GLAM_GPUS_PER_NODE": str(slurm.gpus_per_node),
         "GLAM_MAX_REQUEUES": str(slurm.max_requeues),
         "GLAM_ACCELERATE_ARGS": shlex.join(slurm.accelerate_args),
+        **({"GLAM_TRAIN_SCRIPT": entry_point} if entry_point else {}),
         **{key: str(value) for key, value in slurm.env.items()},
     }
     return "\n".join(
@@ -164,27 +172,41 @@ def render_job_script(
     )
 
 
-TRAINING_CONFIG_DIR = REPO_ROOT / "configs"
-"""Where the training script finds its presets (`--config-name`)."""
-EVALUATION_CONFIG_DIR = REPO_ROOT / "configs" / "eval"
-EVALUATION_PRESET = "post_training_tests"
-"""The evaluation script's preset (scripts/post_training_tests.py), under EVALUATION_CONFIG_DIR."""
-
-
 @dataclass
 class JobConfig:
-    """The config a job's script will compose: a preset of a folder, and Hydra overrides."""
+    """What a job runs: a script of `ENTRY_POINTS`, a preset of its folder, Hydra overrides."""
 
-    kind: str
-    """`train` (schema `TrainingRunConfig`) or `eval` (schema `PostTrainingTestsConfig`)."""
-    config_dir: Path
+    entry_point: str
+    """The script, relative to the repository root (a key of `ENTRY_POINTS`)."""
     preset: str
     overrides: list[str] = field(default_factory=list)
+
+    @property
+    def entry(self) -> EntryPoint:
+        """The script's kind, schema and preset folder."""
+        return ENTRY_POINTS[self.entry_point]
+
+    @property
+    def kind(self) -> str:
+        """`train` or `eval`."""
+        return self.entry.kind
+
+    @property
+    def config_dir(self) -> Path:
+        """The folder of the script's presets."""
+        return REPO_ROOT / self.entry.config_dir
+
+    def arguments(self) -> list[str]:
+        """The script's arguments: `--config-name PRESET` unless the script composes that preset
+        by default, then the overrides."""
+        name = [] if self.preset == self.entry.default_preset else ["--config-name", self.preset]
+        return [*name, *self.overrides]
 
 
 @dataclass
 class Job:
-    """One batch script to submit, possibly after another job of the campaign."""
+    """One job of the campaign, possibly after another one: its batch script for SLURM, and what
+    the script runs (`config`, also what `--local` runs)."""
 
     script_path: Path
     script: str
@@ -209,8 +231,7 @@ def plan_jobs(campaign: CampaignConfig, output_root: Path) -> list[Job]:
     jobs = []
     for run in expand_runs(campaign, output_root):
         config = JobConfig(
-            "train",
-            TRAINING_CONFIG_DIR,
+            campaign.script,
             campaign.preset,
             # The templates resume: the run composes with it too.
             [*run.training_overrides(campaign), "train.resume=true"],
@@ -257,7 +278,7 @@ def _plan_evaluations(
             slurm,
             slurm_dir / f"{run.name}.eval.{level}",
             arguments,
-            JobConfig("eval", EVALUATION_CONFIG_DIR, EVALUATION_PRESET, arguments),
+            JobConfig(EVALUATION_SCRIPT, ENTRY_POINTS[EVALUATION_SCRIPT].default_preset, arguments),
             label=f"{run.name} eval {level}",
             title=f"run {run.name}: evaluation on {level}",
         )
@@ -291,5 +312,6 @@ def _plan_job(
         arguments,
         title=f"Campaign {campaign.name}, {title}",
         script_path=script_path,
+        entry_point=config.entry_point if is_training else None,
     )
     return Job(script_path, script, label, config)

@@ -3,7 +3,8 @@
 `launch` is what `scripts/launch_campaign.py` runs: read the campaign file, plan its jobs,
 compose the config of every job with Hydra's compose API and validate it as the job's script
 will (`glam.config.compose_config`), report every error before anything is submitted, then
-print (`dry_run`) or submit the jobs in order.
+print (`dry_run`) or submit the jobs in order, or run them on this machine
+(`local_jobs`, `glam.campaign.local`).
 """
 
 from __future__ import annotations
@@ -13,29 +14,41 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from glam.campaign.config import REPO_ROOT, CampaignError, load_campaign
 from glam.campaign.jobs import Job, plan_jobs
-from glam.config import ConfigError, TrainingRunConfig, compose_config
-from glam.eval.config import PostTrainingTestsConfig
+from glam.campaign.local import plan_local, run_local
+from glam.config import ConfigError, compose_config
 
 
-def check_jobs(jobs: Sequence[Job]) -> list[str]:
-    """The configuration errors of `jobs`, one line per distinct error with the jobs it hits.
+def compose_jobs(jobs: Sequence[Job]) -> tuple[list[Any], list[str]]:
+    """Each job's composed and validated config (None where it failed), and the errors, one
+    line per distinct error with the jobs it hits.
 
     Each job's config is composed from its preset and overrides and validated against the
-    schema of the script the job runs: unknown keys (a misspelt grid key), an unknown preset,
-    and values that fail a check are all found here, before any job is submitted.
+    schema of the script the job runs (`ENTRY_POINTS`): unknown keys (a misspelt grid key), an
+    unknown preset, and values that fail a check are all found here, before any job starts.
     """
-    schemas = {"train": TrainingRunConfig, "eval": PostTrainingTestsConfig}
+    configs = []
     labels_by_error: dict[str, list[str]] = {}
     for job in jobs:
         config = job.config
         try:
-            compose_config(config.preset, config.overrides, schemas[config.kind], config.config_dir)
+            schema = config.entry.load_schema()
+            configs.append(
+                compose_config(config.preset, config.overrides, schema, config.config_dir)
+            )
         except ConfigError as error:
+            configs.append(None)
             labels_by_error.setdefault(str(error), []).append(job.label)
-    return [f"{', '.join(labels)}: {error}" for error, labels in labels_by_error.items()]
+    errors = [f"{', '.join(labels)}: {error}" for error, labels in labels_by_error.items()]
+    return configs, errors
+
+
+def check_jobs(jobs: Sequence[Job]) -> list[str]:
+    """The configuration errors of `jobs` (`compose_jobs`), one line per distinct error."""
+    return compose_jobs(jobs)[1]
 
 
 def submit(job: Job) -> str:
@@ -50,11 +63,19 @@ def submit(job: Job) -> str:
     return result.stdout.strip().split(";")[0]
 
 
-def launch(campaign_path: Path, *, output_root: Path | None = None, dry_run: bool = False) -> int:
-    """Check, then print (`dry_run`) or submit, every job of a campaign; return an exit status.
+def launch(
+    campaign_path: Path,
+    *,
+    output_root: Path | None = None,
+    dry_run: bool = False,
+    local_jobs: int | None = None,
+) -> int:
+    """Check, then print (`dry_run`), submit, or run here (`local_jobs` at a time, see
+    `glam.campaign.local.run_local`) every job of a campaign; return an exit status.
 
-    Exit status: 0 done; 1 sbatch failed (the jobs submitted before stay submitted); 2 the
-    campaign is invalid (its file, or the config of any job), and nothing was written.
+    Exit status: 0 done; 1 sbatch failed (the jobs submitted before stay submitted), or a local
+    job failed; 2 the campaign is invalid (its file, or the config of any job), and nothing was
+    written; 128 + N a local launch stopped by signal N.
     """
     try:
         campaign = load_campaign(campaign_path)
@@ -62,16 +83,22 @@ def launch(campaign_path: Path, *, output_root: Path | None = None, dry_run: boo
         if not root.is_absolute():
             root = REPO_ROOT / root
         jobs = plan_jobs(campaign, root)
+        settings = plan_local(campaign, jobs, local_jobs) if local_jobs is not None else None
     except CampaignError as error:
         print(f"error: {campaign_path}: {error}", file=sys.stderr)
         return 2
-    if errors := check_jobs(jobs):
+    configs, errors = compose_jobs(jobs)
+    if errors:
         print(
             f"error: {campaign_path}: invalid configuration of {len(errors)} kind(s), nothing "
-            "submitted:\n" + "\n".join(f"  {line}" for line in errors),
+            f"{'started' if settings else 'submitted'}:\n"
+            + "\n".join(f"  {line}" for line in errors),
             file=sys.stderr,
         )
         return 2
+    if settings is not None:
+        campaign_dir = root / campaign.name
+        return run_local(campaign, jobs, configs, settings, campaign_dir, dry_run=dry_run)
 
     if dry_run:
         for job in jobs:

@@ -15,11 +15,22 @@ __all__ = [
     "AgentConfig",
     "EvalConfig",
     "PostTrainingTestsConfig",
+    "RESULT_FILES",
     "ResultsTableConfig",
 ]
 
 AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot")
 """Agents the harness can evaluate."""
+
+RESULT_FILES: tuple[str, ...] = (
+    "results.json",
+    "results.csv",
+    "results.md",
+    "results.png",
+    "episodes.jsonl",
+)
+"""What `glam.eval.harness.evaluate` writes into `eval.output_dir`, in this order; a folder holding
+any of them is refused (`eval.overwrite`), one holding them all is a finished evaluation."""
 
 SEED_BASE = 10**12
 """Evaluation episodes use seeds from here up. PPO training seeds stay below it

@@ -16,7 +16,7 @@ import babyai_text
 from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
 from glam.eval.builders import agent_label, build_agent
-from glam.eval.config import DEFAULT_NBR_OBS, PostTrainingTestsConfig
+from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import SuitePlan, get_suites
@@ -97,16 +97,6 @@ def _check_levels(cfg: PostTrainingTestsConfig) -> None:
             f"unknown level id(s) {unknown}; GLAM levels: {', '.join(babyai_text.LEVELS)}; "
             "or any BabyAI id of minigrid (BabyAI-GoToLocal-v0...)"
         )
-
-
-RESULT_FILES = (
-    "results.json",
-    "results.csv",
-    "results.md",
-    "results.png",
-    "episodes.jsonl",
-)
-"""What `evaluate` writes into `eval.output_dir`; a folder holding any of them is refused."""
 
 
 def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Path]]:
