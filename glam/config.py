@@ -217,19 +217,21 @@ class DRRNConfig:
     gamma: float = 0.99
     """Discount factor of the TD target."""
     replay_size: int = 50_000
-    """Transitions kept in the replay buffer (oldest dropped first)."""
+    """Transitions kept in the replay buffers, over all processes (each process keeps
+    replay_size / world_size of its own envs'; oldest dropped first)."""
     batch_size: int = 64
-    """Transitions per TD gradient step."""
+    """Transitions per TD gradient step, over all processes (each samples batch_size /
+    world_size from its own buffer; DDP averages the gradients)."""
     learning_starts: int = 500
     """Frames collected before the first gradient step."""
     updates_per_step: float = 0.25
-    """TD gradient steps per frame collected (0.25: one step per 4 frames)."""
+    """TD gradient steps per frame collected over all processes (0.25: one step per 4 frames)."""
     target_update_every: int = 250
     """Gradient steps between copies of the online network into the target network."""
     exploration: str = "softmax"
     """`softmax`: sample from softmax(Q / temperature) (He et al.); `epsilon`: epsilon-greedy."""
     temperature: float = 1.0
-    """Softmax exploration temperature."""
+    """Softmax exploration temperature (Q values scale with `env.reward_scale`)."""
     epsilon_start: float = 1.0
     """Epsilon-greedy: epsilon at the start."""
     epsilon_end: float = 0.05
@@ -239,7 +241,8 @@ class DRRNConfig:
     max_grad_norm: float = 5.0
     """Gradient norm clip."""
     log_every: int = 1024
-    """Frames between two rows of metrics.csv (an "update" of a DRRN run)."""
+    """Frames between two rows of metrics.csv, rounded up to a multiple of `env.num_envs`: the
+    "update" of a DRRN run (`train.save_every` counts them)."""
 
     def __post_init__(self) -> None:
         for name in (

@@ -7,6 +7,7 @@ text still encodes. Id 0 is padding; words take ids 1 .. buckets - 1.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Sequence
@@ -27,6 +28,13 @@ def word_id(word: str, buckets: int) -> int:
     return 1 + zlib.crc32(word.encode("utf-8")) % (buckets - 1)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def text_word_ids(text: str, buckets: int) -> tuple[int, ...]:
+    """The embedding rows of the words of `text` (cached: agents read the same prompts, mission
+    and action strings over and over, and a replay buffer replays them)."""
+    return tuple(word_id(word, buckets) for word in split_words(text))
+
+
 def encode_texts(
     texts: Sequence[str], buckets: int, *, max_words: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,12 +47,11 @@ def encode_texts(
     """
     rows = []
     for text in texts:
-        ids = [word_id(word, buckets) for word in split_words(text)]
+        ids = list(text_word_ids(text, buckets))
         if max_words is not None:
             ids = ids[-max_words:]
         rows.append(ids or [0])
     lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
-    ids = torch.zeros(len(rows), int(lengths.max()) if rows else 0, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return ids, lengths
+    width = int(lengths.max()) if rows else 0
+    ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.long)
+    return ids.reshape(len(rows), width), lengths

@@ -37,6 +37,7 @@ import random
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -209,11 +210,16 @@ def save_checkpoint(
     state: TrainerState,
     config_yaml: str,
     keep: int = 0,
+    write_extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the checkpoint of `state.update` (collective: every process calls it).
 
     Returns the checkpoint folder. A folder of the same update already there (left by a branch
     of the run that a resume abandoned) is moved to `checkpoints/abandoned-<time>/` first.
+    `write_extra(folder)`, when given, adds a trainer's own state on every process, after the
+    rank files: this process's part into `folder / f"rank_{rank}"`, and shared files into
+    `folder` from the main process (DRRN's replay buffers and target network); the manifest
+    covers them like the rest.
 
     Raises:
         CheckpointWriteError: on every process when a write failed on any (a full disk...):
@@ -253,6 +259,8 @@ def save_checkpoint(
         (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__, indent=1))
 
     problem = _attempt(write_rank_files, checkpoints)
+    if write_extra is not None:
+        problem = problem or _attempt(lambda: write_extra(tmp), checkpoints)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         # Each process holds its shard of the optimizer state: DeepSpeed's own checkpoint writes
         # every shard (and the trainable weights; the frozen base stays in the model's folder).

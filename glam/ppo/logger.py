@@ -137,15 +137,24 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
 
 class ProgressBar:
     """Frames collected, env-steps per second and success rate (main process only), and a
-    one-line summary per update (above the bar, or alone when the bar is off)."""
+    one-line summary per update (above the bar, or alone when the bar is off). `title` names the
+    trainer at the bar's left."""
 
-    def __init__(self, total_frames: int, start_frames: int, *, enabled: bool, bar: bool) -> None:
+    def __init__(
+        self,
+        total_frames: int,
+        start_frames: int,
+        *,
+        enabled: bool,
+        bar: bool,
+        title: str = "PPO",
+    ) -> None:
         self.enabled = enabled
         self._progress = None
         if not (enabled and bar):
             return
         self._progress = Progress(
-            TextColumn("[bold]PPO[/]"),
+            TextColumn(f"[bold]{title}[/]"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("frames  {task.fields[fps]:>6.0f} fps  success {task.fields[success]}"),

@@ -1,0 +1,571 @@
+"""DRRN's training loop: Q-learning from a replay buffer with a target network (He et al. 2016).
+
+`train_drrn` reads top to bottom: build everything, then per row of metrics (`drrn.log_every`
+frames, the "update" of a DRRN run) act in every local env with softmax (or epsilon-greedy)
+exploration, store the transitions, take the TD gradient steps that are due, log, checkpoint.
+
+It shares PPO's run folder: `config.yaml` with its `launch` section, `metrics.csv` and
+TensorBoard with the same chart names, `checkpoints/update_NNNNNN/` written atomically (its
+`policy/` loads with `DRRNPolicy.from_pretrained`; besides PPO's files, `target.safetensors`,
+`drrn_state.json` and each process's replay buffer in `rank_R/replay.*`), `train.resume=true`,
+and SIGTERM / SIGUSR1 / SIGINT saving and exiting. Under `accelerate launch` each process steps
+`env.num_envs / world_size` envs into a replay buffer of its own and samples
+`drrn.batch_size / world_size` transitions per gradient step; DDP averages the gradients, so one
+process and N processes run the same algorithm.
+
+Metrics of a row: PPO's `charts/success_rate`, `charts/episode_return`, `charts/episode_length`,
+`charts/episodes` (episodes that ended in the row, over all processes), `charts/fps`,
+`charts/learning_rate` and `losses/grad_norm`; DRRN's `losses/td` (mean Huber TD loss of the
+row's gradient steps; blank before `drrn.learning_starts`), `charts/q_mean` (mean of
+max_a Q(s, a) over the states acted in), `charts/replay_size`, `charts/gradient_steps`, and
+`charts/temperature` or `charts/epsilon` (the exploration's).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, set_seed
+from omegaconf import OmegaConf
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from glam.baselines.drrn import NETWORK_FIELDS, DRRNPolicy
+from glam.baselines.replay import ReplayBuffer
+from glam.config import DRRNConfig, TrainingRunConfig
+from glam.policy.llm_policy import CheckpointError
+from glam.ppo.checkpoint import TrainerState, save_checkpoint
+from glam.ppo.logger import MetricsLogger, ProgressBar
+from glam.ppo.rollout import MAX_PROCESSES, EnvRunner, EpisodeStats, env_seed
+from glam.ppo.trainer import (
+    SetupError,
+    StopSignal,
+    TrainResult,
+    _check_output_dir,
+    _check_same_run,
+    _load_training_state,
+    _raise_if_diverged,
+    _raise_on_any,
+    _resolved_config_yaml,
+    _resume_checkpoint,
+    _set_aside_after,
+    episode_metrics,
+)
+
+TARGET_FILE = "target.safetensors"
+STATE_FILE = "drrn_state.json"
+
+
+# --------------------------------------------------------------------------------------------
+# The math
+# --------------------------------------------------------------------------------------------
+
+
+def td_targets(
+    rewards: torch.Tensor, next_values: torch.Tensor, terminals: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """TD(0) targets `r + gamma * max_a' Q_target(s', a')`, without the bootstrap where the
+    episode terminated. A time-out is not terminal: its `s'` is the final observation, whose
+    value the target network estimates like any other's."""
+    return rewards + gamma * (~terminals).to(rewards.dtype) * next_values
+
+
+def next_states(
+    dones: torch.Tensor, final_prompts: Sequence[str | None], next_prompts: Sequence[str]
+) -> tuple[list[str], torch.Tensor]:
+    """The state each transition of a step bootstraps from, and whether it is terminal.
+
+    Args:
+        dones: `(envs,)` bool: the episode ended at this step (terminated or timed out).
+        final_prompts: per env, the prompt of the final observation of an episode the time
+            limit cut at this step, else None (`EnvRunner.final_prompts`).
+        next_prompts: the envs' prompts after the step (a new episode's where one ended).
+
+    Returns:
+        `(prompts, terminals)`: a time-out's final prompt, else the next prompt; and `(envs,)`
+        bool, True where the episode terminated (its next prompt is then never used).
+    """
+    prompts = [final or prompt for final, prompt in zip(final_prompts, next_prompts, strict=True)]
+    timed_out = torch.tensor([final is not None for final in final_prompts])
+    return prompts, dones & ~timed_out
+
+
+def td_loss(q_taken: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Huber loss between Q(s, a) of the actions taken and their TD targets (mean)."""
+    return F.smooth_l1_loss(q_taken, targets)
+
+
+def epsilon_at(frames: int, cfg: DRRNConfig) -> float:
+    """Epsilon of epsilon-greedy exploration after `frames` frames (linear decay)."""
+    progress = min(1.0, frames / cfg.epsilon_decay_frames) if cfg.epsilon_decay_frames else 1.0
+    return cfg.epsilon_start + progress * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+def explore(
+    q_values: torch.Tensor, mask: torch.Tensor, cfg: DRRNConfig, frames: int
+) -> torch.Tensor:
+    """The actions to take, `(B,)`: a sample of softmax(Q / temperature), or epsilon-greedy on Q
+    (random actions uniform over each row's candidates). Draws from torch's global RNG."""
+    if cfg.exploration == "softmax":
+        return torch.distributions.Categorical(logits=q_values / cfg.temperature).sample()
+    greedy = q_values.argmax(dim=-1)
+    counts = mask.sum(dim=-1)
+    random_actions = (torch.rand(len(counts)) * counts).long().clamp(max=counts - 1)
+    explored = torch.rand(len(counts)) < epsilon_at(frames, cfg)
+    return torch.where(explored, random_actions, greedy)
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """What one row of metrics gathers on this process."""
+
+    frames: int = 0
+    """Frames of the row, over all processes."""
+    episodes: EpisodeStats = field(default_factory=EpisodeStats)
+    td_losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    q_max_sum: float = 0.0
+    """Sum over the states acted in of max_a Q(s, a)."""
+    states: int = 0
+    seconds: float = 0.0
+
+
+def train_drrn(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    run_dir: Path,
+    stop: StopSignal | None = None,
+) -> TrainResult:
+    """Train (or resume) DRRN until `train.total_frames`, a stop signal, or divergence.
+
+    A stop signal ends the current row early: it is logged with the frames it has and saved.
+
+    Raises:
+        SetupError: the run cannot start (message says why).
+        TrainingDiverged: a non-finite TD loss or gradient; the last checkpoint is untouched.
+        CheckpointWriteError: a checkpoint could not be written; the last complete one is
+            left untouched.
+    """
+    own_stop = stop is None
+    stop = StopSignal() if stop is None else stop
+    t = None
+    try:
+        t = build_drrn_training(cfg, accelerator, run_dir)
+        checkpoint = t.resumed_from
+        start_time = time.perf_counter() - t.state.elapsed_seconds
+        t.runner.reset()
+        while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
+            # 1. Act, store, learn: `frames_per_update` frames and the TD steps they make due.
+            row = play_and_learn(t, stop)
+            # 2. Counters and logs.
+            t.state.update += 1
+            t.state.frames += row.frames
+            metrics = row_metrics(t, row)
+            t.state.episodes += int(metrics["charts/episodes"])
+            t.state.elapsed_seconds = time.perf_counter() - start_time
+            t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
+            t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
+            t.progress.print(_summary_line(t, metrics))
+            # 3. Checkpoint.
+            every = cfg.train.save_every
+            if (every and t.state.update % every == 0) or t.state.frames >= cfg.train.total_frames:
+                checkpoint = t.save()
+        if stop.stopping or checkpoint is None:
+            checkpoint = t.save()  # a no-op if this update was just saved
+    finally:
+        if t is not None:
+            t.close()
+        if own_stop:
+            stop.restore()
+    stopped_by = stop.name if stop.stopping else None
+    return TrainResult(state=t.state, checkpoint=checkpoint, stopped_by=stopped_by)
+
+
+def play_and_learn(t: DRRNTraining, stop: StopSignal) -> Row:
+    """Step every local env `steps_per_update` times (fewer on a stop signal), storing each
+    transition and taking the TD gradient steps due after each env step."""
+    cfg, accelerator = t.cfg, t.accelerator
+    row, start = Row(), time.perf_counter()
+    for _ in range(t.steps_per_update):
+        prompts, candidates = t.runner.prompts(), t.runner.candidates()
+        t.policy.eval()
+        with torch.no_grad():
+            output = t.policy(prompts, candidates)
+        frames = t.state.frames + row.frames
+        actions = explore(output.logits.cpu(), output.mask.cpu(), cfg.drrn, frames)
+        rewards, dones, episodes = t.runner.step(actions.tolist())
+        next_prompts, terminals = next_states(
+            torch.as_tensor(dones), t.runner.final_prompts, t.runner.prompts()
+        )
+        t.replay.add(
+            prompts,
+            candidates,
+            actions,
+            torch.as_tensor(rewards, dtype=torch.float32) * cfg.env.reward_scale,
+            next_prompts,
+            t.runner.candidates(),
+            terminals,
+        )
+        for episode in episodes:
+            if episode is not None:
+                row.episodes.add(episode)
+        row.q_max_sum += float(output.values.sum())
+        row.states += len(prompts)
+        row.frames += cfg.env.num_envs
+        # Every process computes the same count from the global frames: the same number of
+        # gradient steps everywhere, as DDP's collective backward needs.
+        frames += cfg.env.num_envs
+        due = int(max(0, frames - cfg.drrn.learning_starts) * cfg.drrn.updates_per_step)
+        while t.gradient_steps < due:
+            loss, grad_norm = td_step(t)
+            row.td_losses.append(loss)
+            row.grad_norms.append(grad_norm)
+        if stop.requested(accelerator):
+            break
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def td_step(t: DRRNTraining) -> tuple[float, float]:
+    """One gradient step of the Huber TD loss on a replay sample; every
+    `drrn.target_update_every` steps, the target network takes the online weights.
+
+    Raises:
+        TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
+    """
+    cfg, accelerator, device = t.cfg.drrn, t.accelerator, t.accelerator.device
+    batch = t.replay.sample(t.local_batch_size)
+    with torch.no_grad():
+        next_values = t.target(batch.next_prompts, batch.next_candidates).values
+    targets = td_targets(
+        batch.rewards.to(device), next_values, batch.terminals.to(device), cfg.gamma
+    )
+    t.model.train()
+    q_values = t.model(batch.prompts, batch.candidates).logits
+    q_taken = q_values.gather(1, batch.actions.to(device)[:, None]).squeeze(1)
+    loss = td_loss(q_taken, targets)
+    _raise_if_diverged(accelerator, not torch.isfinite(loss).item())
+    t.optimizer.zero_grad()
+    accelerator.backward(loss)
+    grad_norm = float(accelerator.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm))
+    _raise_if_diverged(accelerator, not math.isfinite(grad_norm))
+    t.optimizer.step()
+    t.gradient_steps += 1
+    if t.gradient_steps % cfg.target_update_every == 0:
+        t.target.load_state_dict(t.policy.state_dict())
+    return loss.item(), grad_norm
+
+
+def row_metrics(t: DRRNTraining, row: Row) -> dict[str, float]:
+    """The row's metrics, reduced over processes (PPO's chart names where they mean the same)."""
+    accelerator = t.accelerator
+    episodes = accelerator.reduce(row.episodes.as_tensor().to(accelerator.device))
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else math.nan
+
+    # Every process took the same number of gradient steps and acted in as many states.
+    local = [mean(row.td_losses), mean(row.grad_norms), row.q_max_sum / max(row.states, 1)]
+    local.append(float(len(t.replay)))
+    reduced = accelerator.reduce(
+        torch.tensor(local, dtype=torch.float64, device=accelerator.device)
+    )
+    td, grad_norm, q_mean = (reduced[:3] / accelerator.num_processes).tolist()
+    metrics = {
+        **episode_metrics(episodes),
+        "losses/td": td,
+        "losses/grad_norm": grad_norm,
+        "charts/q_mean": q_mean,
+        "charts/replay_size": float(reduced[3]),
+        "charts/gradient_steps": float(t.gradient_steps),
+        "charts/learning_rate": t.optimizer.param_groups[0]["lr"],
+        "charts/fps": row.frames / row.seconds if row.seconds > 0 else math.nan,
+    }
+    if t.cfg.drrn.exploration == "epsilon":
+        metrics["charts/epsilon"] = epsilon_at(t.state.frames, t.cfg.drrn)
+    else:
+        metrics["charts/temperature"] = t.cfg.drrn.temperature
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Setup
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DRRNTraining:
+    """Everything the loop works with, built by `build_drrn_training`."""
+
+    cfg: TrainingRunConfig
+    accelerator: Accelerator
+    run_dir: Path
+    config_yaml: str
+    runner: EnvRunner
+    model: torch.nn.Module
+    """The online network as `accelerator.prepare` returned it (DDP over several processes)."""
+    policy: DRRNPolicy
+    """The same online network, unwrapped (acting needs no gradient synchronisation)."""
+    target: DRRNPolicy
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    """Constant; kept so that the checkpoint has PPO's layout."""
+    replay: ReplayBuffer
+    state: TrainerState
+    logger: MetricsLogger
+    progress: ProgressBar
+    resumed_from: Path | None
+    num_updates: int
+    """Rows of the whole run: those done plus those that reach `train.total_frames`."""
+    steps_per_update: int
+    """Env steps per row (`drrn.log_every` frames over `env.num_envs` envs, rounded up)."""
+    local_batch_size: int
+    gradient_steps: int = 0
+    saved: tuple[int, Path] | None = None
+
+    def save(self) -> Path:
+        """Write a checkpoint of the current row unless this session already has (every process
+        calls it)."""
+        if self.saved is not None and self.saved[0] == self.state.update:
+            return self.saved[1]
+        checkpoint = save_checkpoint(
+            self.accelerator,
+            self.run_dir,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            env_state=self.runner.state_dict(),
+            state=self.state,
+            config_yaml=self.config_yaml,
+            keep=self.cfg.train.keep_checkpoints,
+            write_extra=self._write_extra,
+        )
+        self.saved = (self.state.update, checkpoint)
+        return checkpoint
+
+    def _write_extra(self, folder: Path) -> None:
+        self.replay.save(folder / f"rank_{self.accelerator.process_index}")
+        if self.accelerator.is_main_process:
+            weights = {
+                k: v.detach().cpu().contiguous() for k, v in self.target.state_dict().items()
+            }
+            save_file(weights, folder / TARGET_FILE)
+            state = {"gradient_steps": self.gradient_steps}
+            (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
+
+    def close(self) -> None:
+        """Close the logs, the progress bar and the environments."""
+        self.progress.close()
+        self.logger.close()
+        self.runner.close()
+
+
+def build_drrn_training(
+    cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
+) -> DRRNTraining:
+    """Check the layout and the run folder, pick and check the checkpoint to resume, build envs,
+    networks, optimizer, replay buffer and logs, and restore the checkpoint."""
+    world, rank = accelerator.num_processes, accelerator.process_index
+    _check_drrn_layout(cfg, accelerator)
+    problem = None
+    if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
+        try:
+            _check_output_dir(cfg, run_dir)
+        except SetupError as error:
+            problem = str(error)
+    _raise_on_any(accelerator, problem)
+    resume_from = _resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
+    if resume_from is not None:
+        _check_same_run(cfg, resume_from, world)
+        _check_same_network(cfg, resume_from)
+
+    local_envs = cfg.env.num_envs // world
+    try:
+        runner = EnvRunner(
+            cfg.env, cfg.policy, num_envs=local_envs, seed=env_seed(cfg.train.seed, rank)
+        )
+    except ValueError as error:  # unknown level, action space or language
+        raise SetupError(str(error)) from None
+    # The same seed on every process while the network is drawn: identical initial weights
+    # everywhere, with no broadcast to rely on. Then + rank, so processes explore apart.
+    set_seed(cfg.train.seed)
+    if resume_from is not None:
+        try:
+            policy = DRRNPolicy.from_pretrained(resume_from / "policy", training_env=cfg.env)
+        except CheckpointError as error:
+            raise SetupError(f"cannot resume from {resume_from}: {error}") from None
+    else:
+        policy = DRRNPolicy.from_config(cfg.drrn, runner.action_words, training_env=cfg.env)
+    set_seed(cfg.train.seed, device_specific=True)
+    if policy.action_words != runner.action_words:
+        raise SetupError(f"policy actions {policy.action_words} != env's {runner.action_words}")
+    policy.to(accelerator.device)
+    target = copy.deepcopy(policy).requires_grad_(False).eval()
+
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.drrn.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    model, optimizer = accelerator.prepare(policy, optimizer)
+    replay = ReplayBuffer(max(1, cfg.drrn.replay_size // world))
+
+    steps_per_update = -(-cfg.drrn.log_every // cfg.env.num_envs)
+    frames_per_update = steps_per_update * cfg.env.num_envs
+    state, gradient_steps = TrainerState(world_size=world), 0
+    num_updates = -(-cfg.train.total_frames // frames_per_update)
+    if resume_from is not None:
+        state, env_state = _load_training_state(
+            accelerator, resume_from, model, optimizer, scheduler
+        )
+        runner.load_state_dict(env_state)
+        for group in optimizer.param_groups:  # the learning rate follows this session's config
+            group["lr"] = cfg.drrn.lr
+        gradient_steps = _load_drrn_state(accelerator, resume_from, target, replay)
+        left = -(-(cfg.train.total_frames - state.frames) // frames_per_update)
+        num_updates = state.update + max(0, left)
+        accelerator.print(
+            f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
+        )
+        _set_aside_after(accelerator, resume_from, state.update)
+    elif cfg.train.resume:
+        accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
+
+    config = OmegaConf.create(_resolved_config_yaml(cfg, accelerator, num_updates))
+    config.launch.frames_per_update = frames_per_update
+    config_yaml = OmegaConf.to_yaml(config)
+    if accelerator.is_main_process and resume_from is None:
+        (run_dir / "config.yaml").write_text(config_yaml)
+    logger = MetricsLogger(
+        run_dir,
+        enabled=accelerator.is_main_process,
+        resume_update=state.update if cfg.train.resume else None,
+        resume_frames=state.frames if cfg.train.resume else None,
+        wandb_project=cfg.train.wandb_project if cfg.train.wandb else None,
+        config=OmegaConf.to_container(config),
+    )
+    progress = ProgressBar(
+        state.frames + (num_updates - state.update) * frames_per_update,
+        state.frames,
+        enabled=accelerator.is_main_process,
+        bar=cfg.train.progress_bar,
+        title="DRRN",
+    )
+    return DRRNTraining(
+        cfg=cfg,
+        accelerator=accelerator,
+        run_dir=run_dir,
+        config_yaml=config_yaml,
+        runner=runner,
+        model=model,
+        policy=accelerator.unwrap_model(model),
+        target=target,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        replay=replay,
+        state=state,
+        logger=logger,
+        progress=progress,
+        resumed_from=resume_from,
+        num_updates=num_updates,
+        steps_per_update=steps_per_update,
+        local_batch_size=cfg.drrn.batch_size // world,
+        gradient_steps=gradient_steps,
+        saved=None if resume_from is None else (state.update, resume_from),
+    )
+
+
+def _check_drrn_layout(cfg: TrainingRunConfig, accelerator: Accelerator) -> None:
+    world = accelerator.num_processes
+    if cfg.policy.kind != "drrn":
+        raise SetupError(f"policy.kind={cfg.policy.kind!r}: train_drrn trains policy.kind=drrn")
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise SetupError(
+            "DRRN trains in one process or with DDP (configs/accelerate/multi_cpu.yaml, "
+            "multi_gpu.yaml): its network is small, DeepSpeed's sharding is for language models"
+        )
+    if cfg.policy.prompt_format != "glam":
+        raise SetupError(
+            f"policy.prompt_format={cfg.policy.prompt_format!r}: DRRN reads GLAM's text prompts "
+            "(`glam`); the chat format needs a language model's template"
+        )
+    if cfg.train.save_rollouts:
+        raise SetupError(
+            "train.save_rollouts=true saves a PPO run's decisions for behavioural cloning; "
+            "DRRN runs do not write them"
+        )
+    if world > MAX_PROCESSES:
+        raise SetupError(f"{world} processes: at most {MAX_PROCESSES} per run")
+    for name, value in (
+        ("env.num_envs", cfg.env.num_envs),
+        ("drrn.batch_size", cfg.drrn.batch_size),
+        ("drrn.replay_size", cfg.drrn.replay_size),
+    ):
+        if value % world:
+            raise SetupError(
+                f"{name}={value} is not divisible by the {world} processes: each process takes "
+                "an equal share; pick a multiple of the process count"
+            )
+
+
+def _check_same_network(cfg: TrainingRunConfig, checkpoint: Path) -> None:
+    """Refuse to resume a checkpoint whose network has other sizes."""
+    saved = OmegaConf.load(checkpoint / "config.yaml").get("drrn") or {}
+    changed = [
+        f"drrn.{name}: {saved.get(name)!r} -> {getattr(cfg.drrn, name)!r}"
+        for name in NETWORK_FIELDS
+        if saved.get(name) != getattr(cfg.drrn, name)
+    ]
+    if changed:
+        raise SetupError(
+            f"cannot resume {checkpoint}: the network's sizes differ from the run's:\n  "
+            + "\n  ".join(changed)
+        )
+
+
+def _load_drrn_state(
+    accelerator: Accelerator, checkpoint: Path, target: DRRNPolicy, replay: ReplayBuffer
+) -> int:
+    """Restore the target network, this process's replay buffer and the gradient step count;
+    a missing or malformed file stops every process with a message (collective)."""
+    problem, gradient_steps = None, 0
+    try:
+        for name in (TARGET_FILE, STATE_FILE):
+            if not (checkpoint / name).is_file():
+                raise ValueError(f"{name} is missing")
+        target.load_state_dict(load_file(checkpoint / TARGET_FILE))
+        gradient_steps = int(json.loads((checkpoint / STATE_FILE).read_text())["gradient_steps"])
+        replay.load(checkpoint / f"rank_{accelerator.process_index}")
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError, SafetensorError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        problem = f"cannot resume from {checkpoint}: {lines[0]}"
+    _raise_on_any(accelerator, problem)
+    return gradient_steps
+
+
+def _summary_line(t: DRRNTraining, metrics: dict[str, float]) -> str:
+    if metrics["charts/episodes"]:
+        episodes = (
+            f"success {metrics['charts/success_rate']:.2f}  "
+            f"return {metrics['charts/episode_return']:.2f}  "
+        )
+    else:
+        episodes = "no episode ended in this row  "
+    td = metrics["losses/td"]
+    learning = f"td {td:.4f}  " if math.isfinite(td) else "no TD step yet  "
+    return (
+        f"update {t.state.update}/{t.num_updates}  frames {t.state.frames}  {episodes}"
+        f"{learning}q {metrics['charts/q_mean']:.3f}  gradient steps {t.gradient_steps}  "
+        f"{metrics['charts/fps']:.0f} fps"
+    )
