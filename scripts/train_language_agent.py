@@ -32,8 +32,6 @@ See docs/training.md and the README's "Checkpoints".
 from __future__ import annotations
 
 import sys
-import time
-from pathlib import Path
 
 from glam.config import TrainingRunConfig, config_main, register_configs
 
@@ -43,92 +41,26 @@ register_configs()
 @config_main(TrainingRunConfig, config_path="../configs", config_name="smollm2_lora_cpu")
 def main(cfg: TrainingRunConfig) -> None:
     """Train with the validated config (exit 1 before this on a bad one); report how it ended."""
-    sys.exit(run(cfg, config_name=_config_name()))
+    from glam.ppo.entry import hydra_config_name
+
+    sys.exit(run(cfg, config_name=hydra_config_name()))
 
 
 def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
-    import torch
-    import transformers
-    from accelerate.utils import broadcast_object_list
-
-    from glam.ppo.checkpoint import CheckpointWriteError
-    from glam.ppo.launch import LaunchError, build_accelerator, describe
-    from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged, train
-
-    # Installed for the life of the process, never restored: a stop signal during set-up, the
-    # last save or the exit is recorded instead of killing the process half-way.
-    stop = StopSignal()
-    if cfg.train.torch_threads is not None:
-        torch.set_num_threads(cfg.train.torch_threads)
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        accelerator = build_accelerator(cpu=cfg.train.cpu)
-    except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    # Every process must write into the same folder: the main process picks it.
-    output_dir = [cfg.train.output_dir or f"runs/{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"]
-    broadcast_object_list(output_dir)
-    run_dir = Path(output_dir[0]).resolve()
-    cfg.train.output_dir = str(run_dir)
-    cfg.train.label = cfg.train.label or config_name
-    accelerator.print(f"[glam] run folder {run_dir}, {describe(accelerator)}")
+    from glam.ppo.entry import run_training
+    from glam.ppo.trainer import train
 
     hooks = []
     if cfg.train.probe_every:
         from glam.probe import ProbeHook
 
         hooks.append(ProbeHook())
-    try:
-        result = train(cfg, accelerator, run_dir, stop, hooks=hooks)
-    except SetupError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except CheckpointWriteError as error:
-        print(f"error: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
-        return 2
-    except TrainingDiverged as error:
-        print(
-            f"error: stopping: {error}; nothing of that update was saved; "
-            f"{_last_checkpoint(run_dir)}",
-            file=sys.stderr,
-        )
-        return 3
-    except KeyboardInterrupt:
-        print(
-            f"error: interrupted twice: stopped without saving; {_last_checkpoint(run_dir)}",
-            file=sys.stderr,
-        )
-        return 130
-    if result.stopped_by is not None:
-        accelerator.print(
-            f"preempted by {result.stopped_by}: checkpoint saved at update "
-            f"{result.state.update} (frames {result.state.frames}) in {result.checkpoint}"
-        )
-    else:
-        accelerator.print(
-            f"done: {result.state.frames} frames in {result.state.update} updates; "
-            f"checkpoint {result.checkpoint}"
-        )
-    accelerator.end_training()
-    return 0
 
+    def trainer(cfg, accelerator, run_dir, stop):  # noqa: ANN001, ANN202
+        return train(cfg, accelerator, run_dir, stop, hooks=hooks)
 
-def _last_checkpoint(run_dir: Path) -> str:
-    from glam.ppo.checkpoint import latest_checkpoint
-
-    try:
-        last = latest_checkpoint(run_dir)
-    except FileNotFoundError as error:
-        return f"no complete checkpoint to point at ({error})"
-    return f"the last complete checkpoint is {last}" if last else "no checkpoint had been written"
-
-
-def _config_name() -> str:
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.get().job.config_name or "run"
+    return run_training(cfg, trainer, config_name=config_name)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,13 @@ small empty room), so the bar is set well above it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
+import yaml
 from accelerate import Accelerator
 
 from glam.baselines.loading import load_policy
@@ -22,6 +26,7 @@ from glam.ppo.checkpoint import latest_checkpoint, policy_dir, read_trainer_stat
 from glam.ppo.rollout import EnvRunner, play_episodes
 from glam.ppo.trainer import train
 
+ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 48
 EVAL_SEED = 10**9  # far from the training seeds (run seed s: s * 10**8 and up)
 
@@ -94,6 +99,7 @@ def test_a_symbolic_run_writes_the_run_folder_and_resumes(tmp_path: Path) -> Non
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2", "3", "4"]
 
 
+@pytest.mark.slow
 def test_symbolic_ppo_learns_go_to_red_ball(tmp_path: Path) -> None:
     cfg = compose_config(
         "symbolic_ppo", ["train.total_frames=24576", "train.progress_bar=false", "train.seed=1"]
@@ -113,3 +119,60 @@ def test_symbolic_ppo_learns_go_to_red_ball(tmp_path: Path) -> None:
     )
     assert 0.25 <= random_play <= 0.75  # the level is as easy as it should be, no easier
     assert after >= 0.9 and after >= random_play + 0.25 and after > before
+
+
+SMALL = [
+    "symbolic.image_dim=8",
+    "symbolic.instr_dim=8",
+    "symbolic.hidden_dim=8",
+    "env.num_envs=4",
+    "ppo.frames_per_env=16",
+    "ppo.minibatch_size=32",
+    "ppo.epochs=1",
+    "train.total_frames=128",
+    "train.save_every=1",
+    "train.progress_bar=false",
+]
+
+
+def _script(
+    run_dir: Path, *launcher: str, extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    command = [
+        *(launcher or (sys.executable,)),
+        str(ROOT / "scripts" / "train_baseline.py"),
+        "--config-name",
+        "symbolic_ppo",
+        f"train.output_dir={run_dir}",
+        *SMALL,
+        *extra,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_train_baseline_trains_the_symbolic_agent(tmp_path: Path, processes: int) -> None:
+    """The script, as one process and as a real 2-process `accelerate launch` (world size read
+    back from the run's own record)."""
+    run_dir = tmp_path / "run"
+    launcher = ()
+    if processes == 2:
+        launcher = (
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
+            "--num_processes",
+            "2",
+        )
+    result = _script(run_dir, *launcher)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert f"{processes} process(es)" in result.stdout and "policy.kind=symbolic" in result.stdout
+    assert "done: 128 frames in 2 updates" in result.stdout
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["launch"]["world_size"] == processes
+    assert config["train"]["label"] == "symbolic_ppo"
+    assert read_trainer_state(latest_checkpoint(run_dir)).world_size == processes
+    assert isinstance(load_policy(policy_dir(run_dir)), SymbolicActorCritic)

@@ -1,0 +1,109 @@
+"""What a training script does around a trainer: threads, the accelerator, the run folder, the
+stop signals, and the exit status and message of every way a run can end.
+
+`scripts/train_language_agent.py` and `scripts/train_baseline.py` are both this function around
+their trainer (the PPO loop with the language model, with the symbolic agent, or DRRN's TD
+learner), so every entry point starts, stops and fails the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from glam.config import TrainingRunConfig
+
+Trainer = Callable[..., object]
+"""`(cfg, accelerator, run_dir, stop) -> TrainResult`, e.g. `glam.ppo.trainer.train`."""
+
+EXIT_STATUSES = (
+    "0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run cannot start or a "
+    "checkpoint cannot be written, 3 the loss became NaN, 130 a second Ctrl-C"
+)
+
+
+def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str = "run") -> int:
+    """Train with `trainer` in this process (one of `accelerate launch`'s); return the exit
+    status. An empty `train.output_dir` becomes `runs/<config_name>-<time>`, an empty
+    `train.label` the preset's name."""
+    import torch
+    import transformers
+    from accelerate.utils import broadcast_object_list
+
+    from glam.ppo.checkpoint import CheckpointWriteError
+    from glam.ppo.launch import LaunchError, build_accelerator, describe
+    from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
+
+    # Installed for the life of the process, never restored: a stop signal during set-up, the
+    # last save or the exit is recorded instead of killing the process half-way.
+    stop = StopSignal()
+    if cfg.train.torch_threads is not None:
+        torch.set_num_threads(cfg.train.torch_threads)
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        accelerator = build_accelerator(cpu=cfg.train.cpu)
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    # Every process must write into the same folder: the main process picks it.
+    output_dir = [cfg.train.output_dir or f"runs/{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"]
+    broadcast_object_list(output_dir)
+    run_dir = Path(output_dir[0]).resolve()
+    cfg.train.output_dir = str(run_dir)
+    cfg.train.label = cfg.train.label or config_name
+    accelerator.print(
+        f"[glam] run folder {run_dir}, {describe(accelerator)}, policy.kind={cfg.policy.kind}"
+    )
+
+    try:
+        result = trainer(cfg, accelerator, run_dir, stop)
+    except SetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except CheckpointWriteError as error:
+        print(f"error: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as error:
+        print(
+            f"error: stopping: {error}; nothing of that update was saved; "
+            f"{_last_checkpoint(run_dir)}",
+            file=sys.stderr,
+        )
+        return 3
+    except KeyboardInterrupt:
+        print(
+            f"error: interrupted twice: stopped without saving; {_last_checkpoint(run_dir)}",
+            file=sys.stderr,
+        )
+        return 130
+    if result.stopped_by is not None:
+        accelerator.print(
+            f"preempted by {result.stopped_by}: checkpoint saved at update "
+            f"{result.state.update} (frames {result.state.frames}) in {result.checkpoint}"
+        )
+    else:
+        accelerator.print(
+            f"done: {result.state.frames} frames in {result.state.update} updates; "
+            f"checkpoint {result.checkpoint}"
+        )
+    accelerator.end_training()
+    return 0
+
+
+def _last_checkpoint(run_dir: Path) -> str:
+    from glam.ppo.checkpoint import latest_checkpoint
+
+    try:
+        last = latest_checkpoint(run_dir)
+    except FileNotFoundError as error:
+        return f"no complete checkpoint to point at ({error})"
+    return f"the last complete checkpoint is {last}" if last else "no checkpoint had been written"
+
+
+def hydra_config_name() -> str:
+    """The `--config-name` of the running Hydra script."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().job.config_name or "run"
