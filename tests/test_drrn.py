@@ -625,3 +625,34 @@ def test_drrn_learns_to_go_to_the_red_ball_far_better_than_random(tmp_path: Path
     print(f"greedy DRRN {drrn:.2f}, random {random:.2f} ({randoms})")
     assert random < 0.5
     assert drrn >= 0.8 and drrn >= random + 0.35
+
+
+def test_a_drrn_run_is_evaluated_by_the_harness_as_a_text_agent(tmp_path) -> None:
+    """A DRRN run folder through `post_training_tests`'s `evaluate`: greedy on Q, with the
+    prompt-rewrite suites applied (DRRN reads the prompt, unlike the symbolic agent)."""
+    from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
+    from glam.eval.harness import evaluate
+
+    run_dir = tmp_path / "drrn_run"
+    trained = _train(run_dir, "train.total_frames=64")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="checkpoint", path=str(run_dir)),
+        eval=EvalConfig(
+            level="BabyAI-GoToRedBallNoDists-v0",
+            suites=["no_change", "adj_synonyms"],
+            episodes=4,
+            num_envs=2,
+            max_steps=5,
+            greedy=True,
+            output_dir=str(tmp_path / "eval"),
+            progress_bar=False,
+        ),
+    )
+    results, _ = evaluate(cfg)
+    records = results["suites"]
+    assert {name: record["status"] for name, record in records.items()} == {
+        "no_change": "ran",
+        "adj_synonyms": "ran",
+    }
+    assert records["no_change"]["episodes"] == 4 and results["action_space"] == "nav"
