@@ -50,15 +50,15 @@ from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     TrainResult,
-    _check_output_dir,
-    _check_same_run,
-    _load_training_state,
-    _raise_if_diverged,
-    _raise_on_any,
-    _resolved_config_yaml,
-    _resume_checkpoint,
-    _set_aside_after,
+    check_output_dir,
+    check_same_run,
     episode_metrics,
+    pick_resume_checkpoint,
+    raise_if_diverged,
+    raise_on_any,
+    resolved_config_yaml,
+    restore_training_state,
+    set_aside_checkpoints_after,
 )
 
 TARGET_FILE = "target.safetensors"
@@ -258,11 +258,11 @@ def td_step(t: DRRNTraining) -> tuple[float, float]:
     q_values = t.model(batch.prompts, batch.candidates).logits
     q_taken = q_values.gather(1, batch.actions.to(device)[:, None]).squeeze(1)
     loss = td_loss(q_taken, targets)
-    _raise_if_diverged(accelerator, not torch.isfinite(loss).item())
+    raise_if_diverged(accelerator, not torch.isfinite(loss).item())
     t.optimizer.zero_grad()
     accelerator.backward(loss)
     grad_norm = float(accelerator.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm))
-    _raise_if_diverged(accelerator, not math.isfinite(grad_norm))
+    raise_if_diverged(accelerator, not math.isfinite(grad_norm))
     t.optimizer.step()
     t.gradient_steps += 1
     if t.gradient_steps % cfg.target_update_every == 0:
@@ -384,13 +384,13 @@ def build_drrn_training(
     problem = None
     if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
         try:
-            _check_output_dir(cfg, run_dir)
+            check_output_dir(cfg, run_dir)
         except SetupError as error:
             problem = str(error)
-    _raise_on_any(accelerator, problem)
-    resume_from = _resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
+    raise_on_any(accelerator, problem)
+    resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
     if resume_from is not None:
-        _check_same_run(cfg, resume_from, world)
+        check_same_run(cfg, resume_from, world)
         _check_same_network(cfg, resume_from)
 
     local_envs = cfg.env.num_envs // world
@@ -426,7 +426,7 @@ def build_drrn_training(
     state, gradient_steps = TrainerState(world_size=world), 0
     num_updates = -(-cfg.train.total_frames // frames_per_update)
     if resume_from is not None:
-        state, env_state = _load_training_state(
+        state, env_state = restore_training_state(
             accelerator, resume_from, model, optimizer, scheduler
         )
         runner.load_state_dict(env_state)
@@ -438,11 +438,11 @@ def build_drrn_training(
         accelerator.print(
             f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
         )
-        _set_aside_after(accelerator, resume_from, state.update)
+        set_aside_checkpoints_after(accelerator, resume_from, state.update)
     elif cfg.train.resume:
         accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
 
-    config = OmegaConf.create(_resolved_config_yaml(cfg, accelerator, num_updates))
+    config = OmegaConf.create(resolved_config_yaml(cfg, accelerator, num_updates))
     config.launch.frames_per_update = frames_per_update
     config_yaml = OmegaConf.to_yaml(config)
     if accelerator.is_main_process and resume_from is None:
@@ -550,7 +550,7 @@ def _load_drrn_state(
     except (OSError, RuntimeError, ValueError, KeyError, TypeError, SafetensorError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         problem = f"cannot resume from {checkpoint}: {lines[0]}"
-    _raise_on_any(accelerator, problem)
+    raise_on_any(accelerator, problem)
     return gradient_steps
 
 

@@ -252,7 +252,7 @@ def collect_rollout(
         observations = runner.observations()
         inputs = observations if finals is None else type(observations).cat([observations, finals])
         batch = model(**inputs.inputs())
-        _raise_if_diverged(accelerator, not _finite(batch))
+        raise_if_diverged(accelerator, not _finite(batch))
         values = batch.values.float().cpu()
         for env, value in zip(final_envs, values[len(observations) :], strict=True):
             buffer.final_values[t - 1, env] = value
@@ -324,12 +324,12 @@ def ppo_update(
             for chunk in minibatch.split(micro):
                 with accelerator.accumulate(model):
                     loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device)
-                    _raise_if_diverged(accelerator, not torch.isfinite(loss).item())
+                    raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     accelerator.backward(loss)
                     if accelerator.sync_gradients:
                         grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
                         if grad_norm is not None:  # DeepSpeed clips internally, may not say
-                            _raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
+                            raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
                             sums["losses/grad_norm"] += float(grad_norm)
                             steps += 1
                     optimizer.step()  # a no-op until the last chunk of the minibatch
@@ -346,7 +346,7 @@ def ppo_update(
             if kl.item() > ppo.target_kl:
                 break
     # A step can leave infinite weights behind a finite gradient: never save or roll out those.
-    _raise_if_diverged(accelerator, not all(torch.isfinite(p).all() for p in trainable))
+    raise_if_diverged(accelerator, not all(torch.isfinite(p).all() for p in trainable))
 
     metrics = {key: value / count for key, value in sums.items() if key != "losses/grad_norm"}
     metrics["losses/grad_norm"] = sums["losses/grad_norm"] / steps if steps else math.nan
@@ -508,13 +508,13 @@ def build_training(
     problem = None
     if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
         try:
-            _check_output_dir(cfg, run_dir)
+            check_output_dir(cfg, run_dir)
         except SetupError as error:
             problem = str(error)
-    _raise_on_any(accelerator, problem)
-    resume_from = _resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
+    raise_on_any(accelerator, problem)
+    resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
     if resume_from is not None:
-        _check_same_run(cfg, resume_from, world)
+        check_same_run(cfg, resume_from, world)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
     # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
     if cfg.policy.kind == "llm":
@@ -562,7 +562,7 @@ def build_training(
 
     state, num_updates = TrainerState(world_size=world), cfg.num_updates
     if resume_from is not None:
-        state, env_state = _load_training_state(
+        state, env_state = restore_training_state(
             accelerator, resume_from, model, optimizer, scheduler
         )
         runner.load_state_dict(env_state)
@@ -580,11 +580,11 @@ def build_training(
         accelerator.print(
             f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
         )
-        _set_aside_after(accelerator, resume_from, state.update)
+        set_aside_checkpoints_after(accelerator, resume_from, state.update)
     elif cfg.train.resume:
         accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
 
-    config_yaml = _resolved_config_yaml(cfg, accelerator, num_updates)
+    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates)
     if accelerator.is_main_process and resume_from is None:
         (run_dir / "config.yaml").write_text(config_yaml)
     resuming_logs = cfg.train.resume  # a resumed run rewinds the logs to its checkpoint
@@ -696,7 +696,7 @@ def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
         )
 
 
-def _check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
+def check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
     """Create the run folder and check it can be written; never write over another run: a used
     folder needs `train.resume=true`."""
     where = f"train.output_dir={str(run_dir)!r}"
@@ -721,7 +721,7 @@ def _check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
         raise SetupError(f"{where} is not writable: {describe_error(error)}") from None
 
 
-def _resume_checkpoint(
+def pick_resume_checkpoint(
     cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
 ) -> Path | None:
     """The checked checkpoint to resume (None: a fresh start), picked by the main process after
@@ -743,7 +743,7 @@ def _resume_checkpoint(
     return None if found[0] is None else Path(found[0])
 
 
-def _set_aside_after(accelerator: Accelerator, checkpoint: Path, update: int) -> None:
+def set_aside_checkpoints_after(accelerator: Accelerator, checkpoint: Path, update: int) -> None:
     """Move what the run did after `checkpoint` aside (main process; collective)."""
     problem = None
     if accelerator.is_main_process:
@@ -759,10 +759,10 @@ def _set_aside_after(accelerator: Accelerator, checkpoint: Path, update: int) ->
                     f"[glam] checkpoints after update {update} (a branch this resume abandons) "
                     f"moved to {aside}, with their rollouts and a copy of metrics.csv"
                 )
-    _raise_on_any(accelerator, problem)
+    raise_on_any(accelerator, problem)
 
 
-def _load_training_state(
+def restore_training_state(
     accelerator: Accelerator,
     checkpoint: Path,
     model: torch.nn.Module,
@@ -779,11 +779,11 @@ def _load_training_state(
     except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         problem = f"cannot resume from {checkpoint}: {lines[0]}"
-    _raise_on_any(accelerator, problem)
+    raise_on_any(accelerator, problem)
     return loaded
 
 
-def _raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
+def raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
     """Raise SetupError on every process if any process has a problem (collective)."""
     problem = first_problem(accelerator, problem)
     if problem is not None:
@@ -793,7 +793,7 @@ def _raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
 _SAME_RUN_SECTIONS = ("model", "policy", "env", "symbolic", "drrn")
 
 
-def _check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
+def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
     """Refuse to resume a checkpoint with another model, policy or environment setup, or with
     another number of processes (each process's envs and RNGs are saved apart)."""
     written_by = read_trainer_state(checkpoint).world_size
@@ -841,9 +841,7 @@ def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> No
     ds_config["gradient_clipping"] = cfg.ppo.max_grad_norm
 
 
-def _resolved_config_yaml(
-    cfg: TrainingRunConfig, accelerator: Accelerator, num_updates: int
-) -> str:
+def resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator, num_updates: int) -> str:
     """The run's config, plus a `launch` section recording how it was started."""
     launch = {
         "world_size": accelerator.num_processes,
@@ -911,7 +909,7 @@ def _reduce_max(accelerator: Accelerator, value: torch.Tensor) -> float:
     return float(accelerator.gather(value.reshape(1)).max().item())
 
 
-def _raise_if_diverged(accelerator: Accelerator, bad: bool) -> None:
+def raise_if_diverged(accelerator: Accelerator, bad: bool) -> None:
     flag = torch.tensor([float(bad)], device=accelerator.device)
     if accelerator.num_processes > 1:
         flag = accelerator.reduce(flag, "sum")
