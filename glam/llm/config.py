@@ -68,11 +68,6 @@ class ClientConfig:
                 f"{self.max_retries} and {self.delay}"
             )
 
-    @property
-    def greedy(self) -> bool:
-        """Whether answers are decoded greedily (temperature 0)."""
-        return self.temperature == 0
-
 
 @hydra_schema("serve_openai_schema")
 @dataclass

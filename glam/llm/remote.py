@@ -60,14 +60,20 @@ class OpenAIChatClient(ChatClient):
         self._session = requests.Session()
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
         if cfg.api_key_env and not key:
-            raise ChatClientError(f"client.api_key_env={cfg.api_key_env!r} is not set")
+            raise ChatClientError(
+                f"client.api_key_env={cfg.api_key_env!r}: no such environment variable is set"
+            )
         if key:
             self._session.headers["Authorization"] = f"Bearer {key}"
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
-        self.served_models = self._list_models()
-        """Model ids the server lists at `/v1/models`."""
-        self.model_id = cfg.model_id or self._only_model()
+        try:
+            self.served_models = self._list_models()
+            """Model ids the server lists at `/v1/models`."""
+            self.model_id = cfg.model_id or self._only_model()
+        except ChatClientError:
+            self._session.close()
+            raise
         if cfg.model_id and self.served_models and cfg.model_id not in self.served_models:
             logger.warning(
                 "client.model_id=%r is not among the models %s lists (%s); asking for it anyway",
