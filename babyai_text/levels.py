@@ -110,7 +110,8 @@ class GlamLevel(RoomGridLevel):
     ## Description
 
     One 8x8 room with 8 objects (keys, balls, boxes of random colours, possibly repeated) and
-    one instruction. At each reset a task type is drawn, with the given weights, from the env's
+    one instruction; with ``distractors=n``, the objects the task needs plus n others (n = 0:
+    BALROG's setting, one object to go to, two to put next to each other). At each reset a task type is drawn, with the given weights, from the env's
     seeded generator:
 
     - ``goto``, ``pickup``: go to / pick up one of the objects (as `BabyAI-GoToLocal-v0`);
@@ -183,6 +184,7 @@ class GlamLevel(RoomGridLevel):
         language: str = "en",
         room_size: int = 8,
         num_dists: int = 8,
+        distractors: int | None = None,
         max_tries: int = 1000,
         **kwargs,
     ) -> None:
@@ -192,7 +194,11 @@ class GlamLevel(RoomGridLevel):
             split: None, ``"train"`` (no held-out pair) or ``"test"`` (a held-out pair).
             language: language of the mission, ``"en"`` or ``"fr"``.
             room_size: side of each room, walls included.
-            num_dists: number of objects in the agent's room.
+            num_dists: number of objects in the agent's room, whatever the task.
+            distractors: when given, replaces ``num_dists``: objects in the agent's room besides
+                those the task needs (the one object of goto and pickup, the two of putnext and
+                the sequences, the key of open), as ``num_dists`` counts them in the original
+                BabyAI-Text levels and in BALROG's configuration (``num_dists: 0``).
             max_tries: rooms drawn at most per reset before giving up.
             **kwargs: passed to ``RoomGridLevel`` (``max_steps``, ``render_mode``...).
         """
@@ -208,6 +214,8 @@ class GlamLevel(RoomGridLevel):
             raise ValueError(f"unknown language {language!r}; known languages: {LANGUAGES}")
         if num_dists < 2:
             raise ValueError(f"num_dists must be at least 2, got {num_dists}")
+        if distractors is not None and distractors < 0:
+            raise ValueError(f"distractors must be >= 0, got {distractors}")
 
         self.task_types = tuple(weights)
         total = sum(weights.values())
@@ -215,6 +223,7 @@ class GlamLevel(RoomGridLevel):
         self.split = split
         self.language = language
         self.num_dists = num_dists
+        self.distractors = distractors
         self.max_tries = max_tries
         self.task_type: str | None = None
         """Task type of the current episode (None before the first reset)."""
@@ -252,6 +261,13 @@ class GlamLevel(RoomGridLevel):
         if held_out != (self.split == "test"):
             raise RejectSampling(f"instruction does not fit the {self.split} split")
 
+    def _objects(self) -> int:
+        """Objects to place in the agent's room for the current task type."""
+        if self.distractors is None:
+            return self.num_dists
+        needed = 1 if self.task_type in ("goto", "pickup", "open") else 2
+        return needed + self.distractors
+
     def gen_mission(self) -> None:
         """Build the room and ``self.instrs`` for ``self.task_type``."""
         if self.task_type == "open":
@@ -261,7 +277,7 @@ class GlamLevel(RoomGridLevel):
         self.place_agent()
         # PutNext needs distinct objects or "put the red ball next to a red ball" is ambiguous.
         objs = self.add_distractors(
-            num_distractors=self.num_dists, all_unique=self.task_type == "putnext"
+            num_distractors=self._objects(), all_unique=self.task_type == "putnext"
         )
         self.check_objs_reachable()
         if self.task_type == "goto":
@@ -289,7 +305,7 @@ class GlamLevel(RoomGridLevel):
         self.add_door(0, 0, door_idx=0, color=color, locked=True)
         self.place_agent(0, 0)
         self.add_object(0, 0, "key", color)
-        self.add_distractors(0, 0, num_distractors=self.num_dists - 1, all_unique=False)
+        self.add_distractors(0, 0, num_distractors=self._objects() - 1, all_unique=False)
         # Also rejects rooms where an object blocks the way to the door.
         self.check_objs_reachable()
         return OpenInstr(ObjDesc("door", color))

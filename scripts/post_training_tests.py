@@ -29,7 +29,7 @@ composes, the agent reads the grid and the suite changes only words) plays nothi
 refused unless `eval.overwrite=true`. Options: configs/eval/post_training_tests.yaml and
 glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
 value), 2 the evaluation cannot start (missing or damaged checkpoint, unknown suite or level,
-`eval.output_dir` holding results).
+`eval.output_dir` holding results, a model endpoint that cannot be reached).
 """
 
 from __future__ import annotations
@@ -45,11 +45,18 @@ register_configs()
 def run(config: PostTrainingTestsConfig) -> None:
     """Evaluate, print the table and where the results went; exit 2 on a user error."""
     from glam.eval.harness import evaluate
+    from glam.llm.chat import ChatClientError
     from glam.models.loading import ModelNotFoundError
 
     try:
         results, paths = evaluate(config)
-    except (ValueError, FileNotFoundError, FileExistsError, ModelNotFoundError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        ModelNotFoundError,
+        ChatClientError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     table, _, per_task = paths["md"].read_text().partition("## Per task type")

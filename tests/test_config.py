@@ -176,9 +176,19 @@ def test_compose_config_reports_unknown_presets_and_bad_values() -> None:
             "unknown key bc.lerning_rate (did you mean bc.learning_rate?)",
         ),
         ("collect_bot_demos.py", ["+demos.episods=3"], "unknown key demos.episods"),
+        ("serve_openai.py", ["prot=0"], "unknown key prot (did you mean port?)"),
         ("test_results.py", ["inputs=[x]", "+outputdir=y"], "unknown key outputdir"),
     ],
-    ids=["train_plus", "train", "post_training_tests", "zero_shot", "bc", "demos", "results"],
+    ids=[
+        "train_plus",
+        "train",
+        "post_training_tests",
+        "zero_shot",
+        "bc",
+        "demos",
+        "serve",
+        "results",
+    ],
 )
 def test_every_script_exits_1_on_an_unknown_key(
     script: str, arguments: list[str], message: str, tmp_path: Path

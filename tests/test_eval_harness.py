@@ -12,7 +12,6 @@ import torch
 from glam.eval.agents import BotAgent, RandomAgent, choose_actions
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.episodes import run_suite
-from glam.eval.generation import BalrogHistory, parse_action
 from glam.eval.harness import evaluate
 from glam.eval.report import aggregate, excluded_suites, write_aggregate
 from glam.eval.stats import summarize, wilson_interval
@@ -288,23 +287,3 @@ def test_aggregate_mean_spread_and_change(tmp_path) -> None:
     # Two levels are never averaged together.
     mixed = aggregate([*results, _fake("glam", "BabyAI-MixedTestLocal-v0", {"no_change": 0.1})])
     assert {r.label for r in mixed} >= {"glam (MixedTrainLocal-v0)", "glam (MixedTestLocal-v0)"}
-
-
-def test_balrog_answers_and_history() -> None:
-    words = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
-    assert parse_action(" Turn left.\nbecause", words) == 0
-    assert parse_action("'pick up'", words) == 3
-    assert parse_action("I will go forward", words) is None
-    assert parse_action("", words) is None
-    history = BalrogHistory(nbr_obs=2)
-    history.add_observation(["You see a wall 1 step forward"])
-    for k in range(3):
-        history.add_action(words[k])
-        history.add_observation([f"You see a red ball {k + 1} steps left"])
-    messages = history.messages("go to the red ball", words)
-    assert "Your goal is to go to the red ball" in messages[0]["content"]
-    assert [m["role"] for m in messages] == ["user", "user", "assistant", "user"]
-    assert messages[1]["content"] == "Observation:\na red ball 2 steps left"
-    assert messages[2]["content"] == "go forward"
-    assert messages[3]["content"].startswith("Current Observation:\na red ball 3 steps left")
-    assert messages[3]["content"].endswith("Action:")

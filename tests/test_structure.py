@@ -145,7 +145,7 @@ def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
 
 
-@pytest.mark.parametrize("module", ["glam", "glam.config", "glam.campaign"])
+@pytest.mark.parametrize("module", ["glam", "glam.config", "glam.campaign", "glam.llm.config"])
 def test_light_modules_do_not_import_torch(module: str) -> None:
     """Configs and campaigns are checked in a fraction of a second, without torch or
     transformers: `glam`'s own names (`glam.load_model`, ...) load when first used."""

@@ -2,9 +2,10 @@
 
 - `suites`: the test suites (prompt rewrites and env changes), one table.
 - `agents`: one interface for trained checkpoints, zero-shot models, BC, random and the bot.
-- `generation`: the BALROG-style protocol where the model writes its action.
+- `generation`: BALROG's protocol, where the model writes its action in BALROG's dialogue.
 - `episodes`: exactly N seeded episodes of a suite, batched over envs.
-- `stats`, `report`: Wilson intervals, JSON/CSV/markdown/PNG, aggregation over runs and seeds.
+- `stats`, `report`: Wilson intervals, BALROG's progression ± standard error,
+  JSON/CSV/markdown/PNG, aggregation over runs and seeds.
 - `harness`: all of it for `scripts/post_training_tests.py`.
 """
 

@@ -19,6 +19,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 from transformers import PreTrainedTokenizerBase
 
 from glam.baselines.symbolic import SymbolicActorCritic
+from glam.llm.chat import Message
 from glam.policy.observations import GridObservations
 from glam.policy.prompts import PromptHistory
 
@@ -78,6 +79,11 @@ class Decision:
     """Index into the env's action words."""
     invalid: bool = False
     """The agent's answer was not an action and was replaced by the default one."""
+    answer: str | None = None
+    """What the agent said its action was, when it writes one (the generation protocol):
+    kept in its dialogue as said, valid or not."""
+    reasoning: str | None = None
+    """The agent's whole answer when it reasons before acting (BALROG's cot agent)."""
 
 
 @dataclass
@@ -96,6 +102,9 @@ class ActRequest:
     """True at the first step of an episode."""
     rngs: list[np.random.Generator]
     """Per-episode RNGs (seeded from the episode seed) for any random choice."""
+    messages: list[list[Message]] | None = None
+    """Chat turns of each env, after the suite's rewrite, for agents whose history is a
+    dialogue (`BalrogDialogue`); `prompts` then holds them as readable text."""
 
 
 class Agent(ABC):
@@ -115,6 +124,9 @@ class Agent(ABC):
     @abstractmethod
     def act(self, request: ActRequest) -> list[Decision]:
         """One decision per entry of `request`."""
+
+    def close(self) -> None:  # noqa: B027 (nothing to release by default)
+        """Release what the agent holds open (a client's connections); idempotent."""
 
 
 def choose_actions(

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.baselines.loading import load_policy
 from glam.eval.agents import (
@@ -22,10 +22,14 @@ from glam.eval.agents import (
     ScoringAgent,
     SymbolicAgent,
 )
-from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig
+from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
+from glam.llm.chat import ChatClient
+from glam.llm.config import ClientConfig
+from glam.llm.local import LocalChatClient
+from glam.llm.remote import OpenAIChatClient
 from glam.models.loading import DTYPES, load_model
-from glam.policy.bc_policy import load_bc_policy, read_bc_policy_info
+from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
 from glam.ppo.checkpoint import policy_dir
 from glam.scoring import score_candidates
@@ -59,8 +63,21 @@ def agent_label(cfg: AgentConfig) -> str:
     return f"{cfg.kind}:{name}"
 
 
-def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+def build_agent(
+    cfg: AgentConfig,
+    *,
+    greedy: bool,
+    generation: GenerationConfig | None = None,
+    client: ClientConfig | None = None,
+) -> Agent:
     """The agent `cfg` describes.
+
+    Args:
+        cfg: which agent.
+        greedy: scoring protocol: take the best action instead of sampling.
+        generation: generation protocol: BALROG's dialogue settings (None: the defaults).
+        client: generation protocol: which model answers and how (None: the defaults, the
+            agent's model in this process).
 
     Raises:
         FileNotFoundError: a checkpoint or BC folder that does not exist or is not one.
@@ -69,6 +86,7 @@ def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
             of an unknown kind, or whose model needs its own code while `agent.trust_remote_code`
             is off.
         ValueError: `agent.dtype` other than float32 for a policy that is not a language model.
+        glam.llm.chat.ChatClientError: an `openai` endpoint that cannot be reached.
     """
     if cfg.kind == "random":
         return RandomAgent()
@@ -76,6 +94,8 @@ def build_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         return BotAgent()
     if cfg.kind == "checkpoint":
         return _checkpoint_agent(cfg, greedy=greedy)
+    if cfg.protocol == "generation":
+        return _generation_agent(cfg, generation or GenerationConfig(), client or ClientConfig())
     return _language_model_agent(cfg, greedy=greedy)
 
 
@@ -197,39 +217,71 @@ def _is_saved_policy(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file()
 
 
-def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
-    prompt_format, normalization = cfg.prompt_format, cfg.normalization
-    trained: tuple[int | None, str | None] = (None, None)
+def _load_language_model(
+    cfg: AgentConfig,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, BCPolicyInfo | None]:
+    """The zero-shot model, or the BC folder's model with its adapter merged and its record."""
+    info = None
     if cfg.kind == "bc":
         if not Path(cfg.path).is_dir():
             raise FileNotFoundError(f"agent.path={cfg.path!r} is not a folder (BC policy expected)")
         info = read_bc_policy_info(cfg.path)
         model, tokenizer = load_bc_policy(cfg.path, dtype=cfg.dtype, merge=True)
-        # Score the way it was cloned: the same prompt format and normalisation.
-        prompt_format, normalization = info.prompt_format, info.normalization
-        trained = (info.nbr_obs, info.action_space)
     else:
         model, tokenizer = load_model(cfg.model, dtype=cfg.dtype)
-    model.to(resolve_device(cfg.device)).eval()
-    name = agent_label(cfg)
+    return model.to(resolve_device(cfg.device)).eval(), tokenizer, info
 
-    if cfg.protocol == "generation":
-        agent: Agent = GenerationAgent(
-            name, model, tokenizer, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size
-        )
+
+def _language_model_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    model, tokenizer, info = _load_language_model(cfg)
+    # A BC policy scores the way it was cloned: the same prompt format and normalisation.
+    prompt_format = info.prompt_format if info else cfg.prompt_format
+    normalization = info.normalization if info else cfg.normalization
+    temperature = cfg.temperature or 1.0
+
+    def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
+        candidates = [list(action_words)] * len(prompts)
+        scored = score_candidates(model, tokenizer, prompts, candidates, normalization)
+        return scored.scores / temperature
+
+    history = _history_factory(prompt_format, tokenizer)
+    agent = ScoringAgent(
+        agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
+    )
+    if info is not None:
+        agent.trained_nbr_obs, agent.trained_action_space = info.nbr_obs, info.action_space
+    return agent
+
+
+def _generation_agent(
+    cfg: AgentConfig, generation: GenerationConfig, client_cfg: ClientConfig
+) -> GenerationAgent:
+    """A model writing its actions in BALROG's dialogue, in this process or behind a server."""
+    client: ChatClient
+    if client_cfg.backend == "openai":
+        client = OpenAIChatClient(client_cfg)
+        name = f"zero_shot-generation:{client.model_id}"
     else:
-        temperature = cfg.temperature or 1.0
-
-        def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
-            candidates = [list(action_words)] * len(prompts)
-            scored = score_candidates(model, tokenizer, prompts, candidates, normalization)
-            return scored.scores / temperature
-
-        history = _history_factory(prompt_format, tokenizer)
-        agent = ScoringAgent(
-            name, score, greedy=greedy, batch_size=cfg.batch_size, history_factory=history
+        model, tokenizer, info = _load_language_model(cfg)
+        name = agent_label(cfg)
+        client = LocalChatClient(
+            model,
+            tokenizer,
+            model_id=Path(cfg.path or cfg.model).name or cfg.model,
+            temperature=client_cfg.temperature,
+            max_tokens=client_cfg.max_tokens,
+            batch_size=cfg.batch_size,
         )
-    agent.trained_nbr_obs, agent.trained_action_space = trained
+    agent = GenerationAgent(
+        name,
+        client,
+        agent_type=generation.agent_type,
+        max_history=generation.max_history,
+        max_cot_history=generation.max_cot_history,
+        feedback_on_invalid_action=generation.feedback_on_invalid_action,
+    )
+    if client_cfg.backend == "local" and info is not None:
+        agent.trained_action_space = info.action_space
     return agent
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glam.config import DEFAULT_MODEL, hydra_schema
+from glam.llm.config import ClientConfig
 
 __all__ = [
     "AGENT_KINDS",
     "AgentConfig",
     "EvalConfig",
+    "GenerationConfig",
     "PostTrainingTestsConfig",
     "RESULT_FILES",
     "ResultsTableConfig",
@@ -64,7 +66,8 @@ class AgentConfig:
     adapter does not name a loadable one."""
     protocol: str = "scoring"
     """`scoring`: softmax over the log-likelihood of each action (GLAM); `generation`: the model
-    writes the action (BALROG), invalid answers become `go forward`. zero_shot and bc only."""
+    writes the action in BALROG's dialogue (`eval.generation`, `eval.client`), invalid answers
+    become `go forward`. zero_shot and bc only."""
     prompt_format: str = "glam"
     """Scoring protocol of zero_shot/bc: `glam` text, or `chat` (the chat template around it).
     A checkpoint uses the format it was trained with."""
@@ -82,9 +85,8 @@ class AgentConfig:
     device: str = "auto"
     """`auto` (CUDA when available), `cpu`, `cuda`, `cuda:1`..."""
     batch_size: int = 0
-    """Most prompts per forward pass; 0 puts every running env in one batch."""
-    max_new_tokens: int = 8
-    """Generation protocol: tokens generated per action."""
+    """Most prompts per forward pass (generation protocol, in-process: per `generate` call);
+    0 puts every running env in one batch."""
 
     def __post_init__(self) -> None:
         _check_choice("agent.kind", self.kind, AGENT_KINDS)
@@ -100,8 +102,31 @@ class AgentConfig:
             raise ValueError(
                 f"agent.protocol=generation needs agent.kind zero_shot or bc, not {self.kind}"
             )
-        if self.batch_size < 0 or self.max_new_tokens < 1:
-            raise ValueError("agent.batch_size must be >= 0 and agent.max_new_tokens >= 1")
+        if self.batch_size < 0:
+            raise ValueError(f"agent.batch_size must be >= 0, got {self.batch_size}")
+
+
+@dataclass
+class GenerationConfig:
+    """BALROG's dialogue for the generation protocol (`glam.eval.generation`)."""
+
+    agent_type: str = "naive"
+    """BALROG's agent type: `naive` (answer with one action) or `cot` (think step by step,
+    end with "ACTION: <action>")."""
+    max_history: int = 16
+    """Observations kept in the dialogue, and as many actions (BALROG's `max_history`)."""
+    max_cot_history: int = 1
+    """cot: latest actions shown with their whole reasoning ("Previous plan:")."""
+    feedback_on_invalid_action: bool = True
+    """After an answer that is not an action, the next observation says so."""
+
+    def __post_init__(self) -> None:
+        _check_choice("eval.generation.agent_type", self.agent_type, ("naive", "cot"))
+        if self.max_history < 1 or self.max_cot_history < 0:
+            raise ValueError(
+                "eval.generation.max_history must be >= 1 and max_cot_history >= 0, got "
+                f"{self.max_history} and {self.max_cot_history}"
+            )
 
 
 @dataclass
@@ -132,6 +157,14 @@ class EvalConfig:
     """Take the most likely action instead of sampling from the policy."""
     max_steps: int | None = None
     """Episode step limit; None keeps BabyAI's (64 or 128 by task)."""
+    distractors: int | None = None
+    """Objects in the room besides those the task needs (BALROG's `num_dists`: 0); GLAM
+    levels only. None keeps the level's own (8 objects in all)."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Generation protocol: BALROG's agent type, history and invalid-action feedback."""
+    client: ClientConfig = field(default_factory=ClientConfig)
+    """Generation protocol: the model that answers (`local`: `agent.model` in this process;
+    `openai`: a server at `base_url`), its sampling, time-out and retries."""
     output_dir: str = "runs/eval"
     """Folder for results.json/.csv/.md, the bar chart and episodes.jsonl."""
     overwrite: bool = False
@@ -159,6 +192,8 @@ class EvalConfig:
             raise ValueError(f"eval.seed must be >= 0, got {self.seed}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"eval.max_steps must be >= 1, got {self.max_steps}")
+        if self.distractors is not None and self.distractors < 0:
+            raise ValueError(f"eval.distractors must be >= 0, got {self.distractors}")
         if not self.output_dir:
             raise ValueError("eval.output_dir is empty")
 
@@ -175,6 +210,26 @@ class PostTrainingTestsConfig:
 
     agent: AgentConfig = field(default_factory=AgentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        generation = self.agent.protocol == "generation"
+        if generation and self.eval.greedy:
+            raise ValueError(
+                "eval.greedy is the scoring protocol's; the generation protocol samples at "
+                "eval.client.temperature (0: greedy)"
+            )
+        if generation and self.eval.nbr_obs is not None:
+            raise ValueError(
+                "eval.nbr_obs is the scoring protocol's; the generation protocol keeps "
+                "eval.generation.max_history observations and actions"
+            )
+        if self.eval.client.backend == "openai" and not (
+            generation and self.agent.kind == "zero_shot"
+        ):
+            raise ValueError(
+                "eval.client.backend=openai plays the served model: it needs agent.kind=zero_shot "
+                f"and agent.protocol=generation (got {self.agent.kind}, {self.agent.protocol})"
+            )
 
 
 @hydra_schema("test_results_schema")

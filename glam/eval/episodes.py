@@ -18,10 +18,19 @@ from typing import Any
 import numpy as np
 
 import babyai_text
-from glam.eval.agents import ActRequest, Agent, BotAgent, History, RandomAgent, SymbolicAgent
-from glam.eval.generation import BalrogHistory
+from glam.eval.agents import (
+    ActRequest,
+    Agent,
+    BotAgent,
+    Decision,
+    History,
+    RandomAgent,
+    SymbolicAgent,
+)
+from glam.eval.generation import BalrogDialogue
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
+from glam.llm.chat import Message, render_transcript
 
 __all__ = [
     "PROBE_SEEDS",
@@ -96,7 +105,7 @@ def prompt_format_of(agent: Agent) -> str:
     if isinstance(agent, SymbolicAgent):
         return "grid"
     history = agent.new_history(1)
-    if isinstance(history, BalrogHistory):
+    if isinstance(history, BalrogDialogue):
         return "balrog"
     return getattr(history, "prompt_format", "glam")
 
@@ -113,6 +122,7 @@ def run_suite(
     action_space: str | None = None,
     max_steps: int | None = None,
     per_task_type: int | None = None,
+    distractors: int | None = None,
     on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> SuiteRun:
     """Play `episodes` episodes of `suite` with `agent` and return them in seed order.
@@ -134,6 +144,8 @@ def run_suite(
         max_steps: episode step limit; None keeps BabyAI's.
         per_task_type: instead of `episodes` in the level's mix, play this many episodes of each
             task type: the first seeds from `seed_base` on that draw it (`stratified_seeds`).
+        distractors: objects in the room besides those the task needs (GLAM levels only,
+            `babyai_text.levels.GlamLevel`); None keeps the level's own.
         on_episode_end: called with each finished episode (progress bars).
     """
     plan = plan_for(agent, suite, level=level, action_space=action_space, seed_base=seed_base)
@@ -143,6 +155,8 @@ def run_suite(
     make_kwargs: dict[str, Any] = plan.make_kwargs()
     if max_steps is not None:
         make_kwargs["max_steps"] = max_steps
+    if distractors is not None:
+        make_kwargs["distractors"] = distractors
     if per_task_type is not None:
         seeds = stratified_seeds(plan.level, per_task_type, seed_base, **make_kwargs)
     else:
@@ -172,13 +186,13 @@ def run_suite(
     slots = [start(i) for i in range(len(envs))]
     while any(slot is not None for slot in slots):
         active = [i for i, slot in enumerate(slots) if slot is not None]
-        prompts = []
+        prompts, dialogues = [], []
         for i in active:
-            original = slots[i].history.prompt(slots[i].mission, action_words, plan.language)
-            prompt = suite.rewrite(original)
+            original, prompt, messages = _render(slots[i], action_words, plan.language, suite)
             run.prompts_seen += 1
             run.prompts_rewritten += prompt != original
             prompts.append(prompt)
+            dialogues.append(messages)
         if not run.example_prompt:
             run.example_prompt = prompts[0]
         request = ActRequest(
@@ -188,6 +202,7 @@ def run_suite(
             slots=active,
             new_episode=[slots[i].new_episode for i in active],
             rngs=[slots[i].rng for i in active],
+            messages=dialogues if all(m is not None for m in dialogues) else None,
         )
         decisions = agent.act(request)
         for i, decision in zip(active, decisions, strict=True):
@@ -197,7 +212,7 @@ def run_suite(
             slot.episode_return += float(reward)
             slot.length += 1
             slot.invalid_actions += decision.invalid
-            slot.history.add_action(action_words[decision.action])
+            _record(slot.history, decision, action_words)
             if terminated or truncated:
                 result = EpisodeResult(
                     seed=slot.seed,
@@ -216,6 +231,30 @@ def run_suite(
                 slot.history.add_observation(info["descriptions"])
     run.episodes.sort(key=lambda result: result.seed)
     return run
+
+
+def _render(
+    slot: _Slot, action_words: tuple[str, ...], language: str, suite: Suite
+) -> tuple[str, str, list[Message] | None]:
+    """`(original, prompt, messages)` of a slot: its prompt text before and after the suite's
+    rewrite, and for a dialogue its rewritten chat turns (the prompt is then their transcript)."""
+    if isinstance(slot.history, BalrogDialogue):
+        turns = slot.history.messages(slot.mission, action_words)
+        rewritten = [{**turn, "content": suite.rewrite(turn["content"])} for turn in turns]
+        return render_transcript(turns), render_transcript(rewritten), rewritten
+    original = slot.history.prompt(slot.mission, action_words, language)
+    return original, suite.rewrite(original), None
+
+
+def _record(history: History, decision: Decision, action_words: tuple[str, ...]) -> None:
+    """Add the step's action to the history: a dialogue keeps the agent's answer as said."""
+    word = action_words[decision.action]
+    if isinstance(history, BalrogDialogue) and decision.answer is not None:
+        history.add_answer(
+            decision.answer, word, invalid=decision.invalid, reasoning=decision.reasoning
+        )
+    else:
+        history.add_action(word)
 
 
 def task_families(env: Any) -> set[str]:

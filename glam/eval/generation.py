@@ -1,26 +1,53 @@
-"""The BALROG-style zero-shot protocol: the model writes its action as free text.
+"""BALROG's BabyAI protocol: the model writes its action as free text, in a dialogue.
 
-BALROG (Paglieri et al., 2024) evaluates BabyAI-Text this way: an instruction message (goal,
-action list with a short description each, tips), then the recent observations and actions as
-chat turns, the last observation followed by a request for exactly one action. The answer is
-generated greedily; an answer that is not one of the actions is replaced by "go forward".
-Figures under this protocol line up with BALROG's published BabyAI ones; figures under GLAM's
-scoring protocol (the policy is a softmax over the likelihood of each action) do not, since
-scoring can never produce an invalid action.
+BALROG (Paglieri et al., 2024; balrog-ai/BALROG) evaluates BabyAI-Text this way, and so does
+this module, word for word where the model reads it:
+
+- The first user message is BALROG's instruction: the goal, the six actions with a short
+  description each, two tips, "PLAY!".
+- Then the dialogue: the last `max_history` observations and `max_history` actions (BALROG keeps
+  `2 * max_history` events) as user and assistant turns. A past observation is headed
+  "Obesrvation:" (BALROG's spelling), the current one "Current Observation:" and an empty line;
+  each is the env's descriptions, one per line, without "You see ".
+- The agent type appends its request to the last turn: `naive` asks for one action, `cot` for
+  step-by-step thinking that ends with "ACTION: <action>".
+- The answer, stripped of surrounding spaces, must be one of the action words exactly (naive;
+  "Turn left." is not an action); cot's answer is what follows its last "ACTION:" once every
+  character but letters, spaces and colons is removed. Anything else becomes "go forward".
+- With invalid-action feedback, the observation after an invalid answer starts with BALROG's
+  notice ("Your previous output did not contain a valid action. Defaulted to action: go forward").
+- The assistant turn holds the answer as given (naive: the whole answer, even when invalid;
+  cot: its extracted action, the latest `max_cot_history` ones replaced by "Previous plan:" and
+  the whole reasoning). An empty answer adds no assistant turn.
+
+The model is any `glam.llm.ChatClient`: in-process or behind an OpenAI-compatible server.
+Figures under this protocol line up with BALROG's BabyAI ones; figures under GLAM's scoring
+protocol (a softmax over the likelihood of each action) do not, since scoring can never produce
+an invalid action.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-import torch
 from minigrid.core.actions import Actions
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.eval.agents import ActRequest, Agent, Decision
+from glam.llm.chat import ChatClient, Message, render_transcript
 
-__all__ = ["BalrogHistory", "GenerationAgent", "parse_action"]
+__all__ = [
+    "AGENT_TYPES",
+    "BALROG_SETTINGS",
+    "AgentType",
+    "BalrogDialogue",
+    "BalrogSetting",
+    "GenerationAgent",
+    "instruction_prompt",
+]
 
 DEFAULT_ACTION = "go forward"
 """BALROG's replacement for an invalid answer."""
@@ -28,18 +55,20 @@ _ACTION_HELP = (
     "turn to the left",
     "turn to the right",
     "take one step forward",
-    "pick up the object in front of you",
+    "pick up the object below you",
     "drop the object that you are holding",
-    "manipulate the object in front of you (open a door)",
+    "manipulate the object in front of you",
 )
-"""What the actions do, in the order every action space lists them (minigrid's 0-5)."""
-_CLOSING = (
-    "You can only output one of the above actions at a time, and always have to output an "
-    "action until the episode terminates.\nAction:"
+"""BALROG's description of each action, in minigrid's order (every action space keeps it)."""
+_FEEDBACK = (
+    "\n\nYour previous output did not contain a valid action. Defaulted to action: {action}"
+    "\n\nObservation:\n"
 )
+"""What BALROG puts before the observation that follows an invalid answer."""
 
 
-def _instruction(mission: str, action_words: Sequence[str]) -> str:
+def instruction_prompt(mission: str, action_words: Sequence[str]) -> str:
+    """BALROG's first message: the goal, the actions and what they do, the tips."""
     helps = [*_ACTION_HELP, *["do nothing"] * max(0, len(action_words) - len(_ACTION_HELP))]
     actions = ",\n".join(
         f"{word}: {help_}" for word, help_ in zip(action_words, helps, strict=False)
@@ -50,73 +79,116 @@ def _instruction(mission: str, action_words: Sequence[str]) -> str:
         f"description of each action:\n\n{actions}.\n\n"
         "In a moment I will present you an observation.\n\n"
         "Tips:\n"
-        "- Once the object you want to interact with or pick up is in front of you, use "
-        "'toggle' to interact with it.\n"
-        "- It does not make sense to repeat the same action over and over if the observation "
-        "does not change.\n\n"
+        "- Once the desired object you want to interact or pickup in front of you, you can use "
+        "the 'toggle' action to interact with it.\n"
+        "- It doesn't make sense to repeat the same action over and over if the observation "
+        "doesn't change.\n\n"
         "PLAY!"
     )
 
 
-class BalrogHistory:
-    """The last `nbr_obs` observations and the actions between them, as BALROG's chat turns."""
+def _last_action(text: str) -> str:
+    """cot's answer: after the last "ACTION:", once all but letters, spaces and colons go."""
+    return re.sub(r"[^a-zA-Z\s:]", "", text).split("ACTION:")[-1].strip()
 
-    def __init__(self, nbr_obs: int, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
+
+@dataclass(frozen=True)
+class AgentType:
+    """One of BALROG's agent types: what it asks for, and how its answer is read."""
+
+    name: str
+    request: str
+    """Appended (after an empty line) to the last user turn."""
+    answer: Callable[[str], str]
+    """The action the agent names in its (stripped) answer."""
+    reasons: bool
+    """Whether the whole answer is a plan kept in the dialogue ("Previous plan:")."""
+
+
+AGENT_TYPES: dict[str, AgentType] = {
+    "naive": AgentType(
+        "naive",
+        "You can only output one of the above actions at a time, and always have to output an "
+        "action until the episode terminates.\nAction:",
+        answer=lambda text: text,
+        reasons=False,
+    ),
+    "cot": AgentType(
+        "cot",
+        "First think about what's the best course of action step by step.\n"
+        "Finally, provide a single output action at the end of the message in the form of: "
+        "ACTION: <action>",
+        answer=_last_action,
+        reasons=True,
+    ),
+}
+"""BALROG's agent types that fit the harness (its few-shot and in-context ones need recorded
+demonstrations of its own)."""
+
+
+class BalrogDialogue:
+    """One episode's dialogue as BALROG keeps it: the last observations and answers."""
+
+    def __init__(
+        self,
+        agent_type: str = "naive",
+        *,
+        max_history: int = 16,
+        max_cot_history: int = 1,
+        feedback_on_invalid_action: bool = True,
+    ) -> None:
         """
         Args:
-            nbr_obs: observations kept (BALROG keeps 16).
-            tokenizer: its chat template renders the turns; None (or a tokenizer without a
-                template) joins them as plain text.
+            agent_type: a key of `AGENT_TYPES`.
+            max_history: observations kept, and as many actions (BALROG: 16).
+            max_cot_history: cot: latest actions shown with their whole reasoning (BALROG: 1).
+            feedback_on_invalid_action: tell the model when its answer was not an action.
         """
-        self.nbr_obs = nbr_obs
-        self.tokenizer = tokenizer
-        self._observations: list[list[str]] = []
-        self._actions: list[str] = []
+        self.agent_type = AGENT_TYPES[agent_type]
+        self.max_cot_history = max_cot_history
+        self.feedback_on_invalid_action = feedback_on_invalid_action
+        # ("observation", text, None) or ("action", answer, reasoning or None)
+        self._events: deque[tuple[str, str, str | None]] = deque(maxlen=2 * max_history)
+        self._feedback = ""
 
     def add_observation(self, descriptions: Sequence[str]) -> None:
-        self._observations.append(list(descriptions))
-        del self._observations[: -self.nbr_obs]
-        # Keep only the actions taken between the kept observations.
-        del self._actions[: max(0, len(self._actions) - (len(self._observations) - 1))]
+        text = "\n".join(d.replace("You see ", "") for d in descriptions)
+        self._events.append(("observation", self._feedback + text, None))
+        self._feedback = ""
 
     def add_action(self, action: str) -> None:
-        self._actions.append(action)
+        """An action taken without an answer of the model's (the action word stands for it)."""
+        self._events.append(("action", action, None))
 
-    def messages(self, mission: str, action_words: Sequence[str]) -> list[dict[str, str]]:
-        """The chat turns: instruction, then observations (user) and actions (assistant)."""
-        messages = [{"role": "user", "content": _instruction(mission, action_words)}]
-        last = len(self._observations) - 1
-        for k, descriptions in enumerate(self._observations):
-            text = "\n".join(d.removeprefix("You see ") for d in descriptions)
-            header = "Current Observation:" if k == last else "Observation:"
-            messages.append({"role": "user", "content": f"{header}\n{text}"})
-            if k < last:
-                messages.append({"role": "assistant", "content": self._actions[k]})
-        messages[-1]["content"] += "\n\n" + _CLOSING
+    def add_answer(
+        self, answer: str, action: str, *, invalid: bool, reasoning: str | None = None
+    ) -> None:
+        """The model's answer; `action` is the word played (the default one when `invalid`)."""
+        if answer:  # BALROG records no turn for an empty answer
+            self._events.append(("action", answer, reasoning))
+        if invalid and self.feedback_on_invalid_action:
+            self._feedback = _FEEDBACK.format(action=action)
+
+    def messages(self, mission: str, action_words: Sequence[str]) -> list[Message]:
+        """The chat turns the model reads, its agent type's request at the end."""
+        events = list(self._events)
+        planned = [k for k, event in enumerate(events) if event[0] == "action" and event[2]]
+        with_plan = set(planned[len(planned) - self.max_cot_history :] if planned else ())
+        messages = [{"role": "user", "content": instruction_prompt(mission, action_words)}]
+        for k, (kind, text, reasoning) in enumerate(events):
+            if kind == "observation":
+                # BALROG: "Current Observation:\n" + the short-term context ("" in BabyAI) + "\n"
+                header = "Current Observation:\n\n" if k == len(events) - 1 else "Obesrvation:\n"
+                messages.append({"role": "user", "content": header + text})
+            else:
+                content = f"Previous plan:\n{reasoning}" if k in with_plan else text
+                messages.append({"role": "assistant", "content": content})
+        messages[-1]["content"] += "\n\n" + self.agent_type.request
         return messages
 
     def prompt(self, mission: str, action_words: Sequence[str], language: str = "en") -> str:
-        """The text the model continues (the chat template applied, generation prompt added)."""
-        messages = self.messages(mission, action_words)
-        if self.tokenizer is not None and self.tokenizer.chat_template:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        return "\n\n".join(message["content"] for message in messages)
-
-
-def parse_action(answer: str, action_words: Sequence[str]) -> int | None:
-    """Index of the action `answer` names, or None when it names none.
-
-    The first line of the answer is compared with each action after lower-casing and removing
-    surrounding spaces, quotes and punctuation (so `"Turn left."` is `turn left`); anything
-    longer or different is invalid, as in BALROG.
-    """
-    lines = answer.strip().splitlines()
-    first = lines[0] if lines else ""
-    cleaned = re.sub(r"\s+", " ", first).strip(" \t'\"`*.,;:!").lower()
-    lowered = [word.lower() for word in action_words]
-    return lowered.index(cleaned) if cleaned in lowered else None
+        """The dialogue as readable text (reports); the model reads `messages`."""
+        return render_transcript(self.messages(mission, action_words))
 
 
 def _default_action(request: ActRequest) -> int:
@@ -127,61 +199,167 @@ def _default_action(request: ActRequest) -> int:
 
 
 class GenerationAgent(Agent):
-    """A language model that writes its action (greedy decoding, a few tokens)."""
+    """A chat model that writes its action in BALROG's dialogue, in-process or over HTTP."""
 
     def __init__(
         self,
         name: str,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
+        client: ChatClient,
         *,
-        max_new_tokens: int = 8,
-        batch_size: int = 0,
+        agent_type: str = "naive",
+        max_history: int = 16,
+        max_cot_history: int = 1,
+        feedback_on_invalid_action: bool = True,
     ) -> None:
+        """
+        Args:
+            name: label in reports.
+            client: the model (`glam.llm.local.LocalChatClient`, `glam.llm.remote...`).
+            agent_type, max_history, max_cot_history, feedback_on_invalid_action: see
+                `BalrogDialogue`.
+        """
+        if agent_type not in AGENT_TYPES:
+            raise ValueError(f"agent_type={agent_type!r} is not one of {list(AGENT_TYPES)}")
         self.name = name
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.max_new_tokens = max_new_tokens
-        self.batch_size = batch_size
+        self.client = client
+        self.agent_type = agent_type
+        self.max_history = max_history
+        self.max_cot_history = max_cot_history
+        self.feedback_on_invalid_action = feedback_on_invalid_action
+        self.trained_nbr_obs = max_history  # the observations each prompt holds
         self.answers: list[str] = []
-        """Every raw answer, in order (for inspection)."""
+        """Every answer, as the model wrote it, in order (for inspection)."""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cut_answers = 0
+        """Answers cut at the token limit."""
 
-    def new_history(self, nbr_obs: int) -> BalrogHistory:
-        return BalrogHistory(nbr_obs, self.tokenizer)
-
-    @torch.no_grad()
-    def generate(self, prompts: list[str]) -> list[str]:
-        """Greedy continuations of `prompts`, decoded without special tokens."""
-        encoder_decoder = self.model.config.is_encoder_decoder
-        # Decoder-only models continue the text: pad on the left so every prompt ends the row.
-        self.tokenizer.padding_side = "right" if encoder_decoder else "left"
-        # The chat template already holds the special tokens (BOS...): do not add them twice.
-        templated = bool(self.tokenizer.chat_template)
-        batch = self.tokenizer(
-            prompts, return_tensors="pt", padding=True, add_special_tokens=not templated
-        ).to(self.model.device)
-        output = self.model.generate(
-            **batch,
-            max_new_tokens=self.max_new_tokens,
-            do_sample=False,
-            pad_token_id=self.tokenizer.pad_token_id,
+    def new_history(self, nbr_obs: int) -> BalrogDialogue:
+        return BalrogDialogue(
+            self.agent_type,
+            max_history=self.max_history,
+            max_cot_history=self.max_cot_history,
+            feedback_on_invalid_action=self.feedback_on_invalid_action,
         )
-        new_tokens = output if encoder_decoder else output[:, batch["input_ids"].shape[1] :]
-        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
     def act(self, request: ActRequest) -> list[Decision]:
-        size = self.batch_size or len(request.prompts)
-        answers = [
-            answer
-            for start in range(0, len(request.prompts), size)
-            for answer in self.generate(request.prompts[start : start + size])
-        ]
-        self.answers.extend(answers)
+        if request.messages is None:
+            raise ValueError("the generation protocol needs the chat turns (ActRequest.messages)")
+        # One seed per answer from the episode's own RNG: an episode's answers depend on its
+        # seed only, not on the other episodes of the batch (with a client that honours seeds).
+        seeds = [int(rng.integers(2**31)) for rng in request.rngs]
+        completions = self.client.complete(request.messages, seeds)
+        agent_type = AGENT_TYPES[self.agent_type]
         fallback = _default_action(request)
         decisions = []
-        for answer in answers:
-            action = parse_action(answer, request.action_words)
+        for completion in completions:
+            text = completion.text.strip()  # BALROG's client strips every answer
+            self.answers.append(completion.text)
+            self.prompt_tokens += completion.prompt_tokens
+            self.completion_tokens += completion.completion_tokens
+            self.cut_answers += completion.finish_reason == "length"
+            answer = agent_type.answer(text)
+            valid = answer in request.action_words
             decisions.append(
-                Decision(fallback if action is None else action, invalid=action is None)
+                Decision(
+                    request.action_words.index(answer) if valid else fallback,
+                    invalid=not valid,
+                    answer=answer,
+                    reasoning=text if agent_type.reasons else None,
+                )
             )
         return decisions
+
+    def close(self) -> None:
+        self.client.close()
+
+    def usage(self) -> dict[str, Any]:
+        """Answers, tokens read and written, and answers cut at the token limit so far."""
+        return {
+            "model_id": self.client.model_id,
+            "answers": len(self.answers),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cut_answers": self.cut_answers,
+        }
+
+
+@dataclass(frozen=True)
+class BalrogSetting:
+    """One setting of BALROG's `balrog/config/config.yaml` and the preset key that matches it."""
+
+    balrog_key: str
+    balrog_value: Any
+    key: str
+    """Key in `configs/eval/balrog.yaml` (`PostTrainingTestsConfig`)."""
+    value: Any
+    note: str = ""
+
+
+BALROG_SETTINGS: tuple[BalrogSetting, ...] = (
+    BalrogSetting(
+        "envs.babyai_kwargs.num_dists",
+        0,
+        "eval.distractors",
+        0,
+        "objects besides those the task needs: 1 object for goto/pickup, 2 for "
+        "putnext and pick-up-then-go-to, the key for open",
+    ),
+    BalrogSetting(
+        "tasks.babyai_tasks",
+        "BabyAI-MixedTrainLocal-v0/{goto, pickup, open, putnext, pick_up_seq_go_to}",
+        "eval.level",
+        "BabyAI-MixedTrainLocal-v0",
+        "the five task types, reported apart",
+    ),
+    BalrogSetting(
+        "eval.num_episodes.babyai",
+        10,
+        "eval.episodes_per_task_type",
+        10,
+        "the first 10 evaluation seeds that draw each task type",
+    ),
+    BalrogSetting(
+        "eval.max_steps_per_episode",
+        None,
+        "eval.max_steps",
+        None,
+        "the level's own limit: 64 steps for goto and pickup, 128 for the others",
+    ),
+    BalrogSetting(
+        "agent.type",
+        "naive",
+        "eval.generation.agent_type",
+        "naive",
+        "`cot` is BALROG's chain-of-thought agent",
+    ),
+    BalrogSetting(
+        "agent.max_history", 16, "eval.generation.max_history", 16, "16 observations and 16 actions"
+    ),
+    BalrogSetting("agent.max_cot_history", 1, "eval.generation.max_cot_history", 1),
+    BalrogSetting(
+        "eval.feedback_on_invalid_action", True, "eval.generation.feedback_on_invalid_action", True
+    ),
+    BalrogSetting("client.generate_kwargs.temperature", 1.0, "eval.client.temperature", 1.0),
+    BalrogSetting("client.generate_kwargs.max_tokens", 4096, "eval.client.max_tokens", 4096),
+    BalrogSetting("client.timeout", 60, "eval.client.timeout", 60.0),
+    BalrogSetting(
+        "client.max_retries",
+        5,
+        "eval.client.max_retries",
+        4,
+        "BALROG counts tries, we count retries after the first: 5 tries both",
+    ),
+    BalrogSetting(
+        "client.delay", 2, "eval.client.delay", 2.0, "back-off 2, 4, 8, 16 s between the tries"
+    ),
+    BalrogSetting(
+        "client.base_url",
+        "http://localhost:8080/v1",
+        "eval.client.base_url",
+        "http://127.0.0.1:8080/v1",
+        "with `eval.client.backend=openai`; the preset's default backend is `local`",
+    ),
+)
+"""BALROG's BabyAI settings, side by side with the `balrog` preset's (`configs/eval/balrog.yaml`;
+docs/evaluation.md shows this table; tests/test_balrog.py checks the preset against it)."""

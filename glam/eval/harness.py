@@ -15,9 +15,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import babyai_text
 from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
-from glam.eval.builders import agent_label, build_agent
+from glam.eval.builders import build_agent
 from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
+from glam.eval.generation import GenerationAgent
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import SuitePlan, get_suites
 
@@ -55,6 +56,7 @@ def run_tests(
             action_space=action_space,
             max_steps=cfg.eval.max_steps,
             per_task_type=cfg.eval.episodes_per_task_type,
+            distractors=cfg.eval.distractors,
             on_episode_end=(lambda _, name=suite.name: on_episode_end(name))
             if on_episode_end
             else None,
@@ -88,7 +90,8 @@ def _episodes_of(plan: SuitePlan, cfg: PostTrainingTestsConfig) -> int:
 
 
 def _check_levels(cfg: PostTrainingTestsConfig) -> None:
-    """Fail before loading any model when a level id is unknown."""
+    """Fail before loading any model when a level id is unknown, or cannot take
+    `eval.distractors`."""
     levels = {suite.level or cfg.eval.level for suite in get_suites(cfg.eval.suites)}
     known = set(babyai_text.env.known_level_ids())
     unknown = sorted(levels - known)
@@ -96,6 +99,12 @@ def _check_levels(cfg: PostTrainingTestsConfig) -> None:
         raise ValueError(
             f"unknown level id(s) {unknown}; GLAM levels: {', '.join(babyai_text.LEVELS)}; "
             "or any BabyAI id of minigrid (BabyAI-GoToLocal-v0...)"
+        )
+    others = sorted(levels - set(babyai_text.LEVELS))
+    if cfg.eval.distractors is not None and others:
+        raise ValueError(
+            f"eval.distractors is for the GLAM levels ({', '.join(babyai_text.LEVELS)}); "
+            f"{', '.join(others)} set their own number of objects: leave eval.distractors null"
         )
 
 
@@ -115,8 +124,19 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
     if cfg.eval.torch_threads:
         torch.set_num_threads(cfg.eval.torch_threads)
     start = time.perf_counter()
-    agent = build_agent(cfg.agent, greedy=cfg.eval.greedy)
-    label = cfg.eval.label or agent_label(cfg.agent)
+    agent = build_agent(
+        cfg.agent, greedy=cfg.eval.greedy, generation=cfg.eval.generation, client=cfg.eval.client
+    )
+    try:
+        runs = _play(agent, cfg, start)
+    finally:
+        agent.close()
+    return _write(agent, cfg, runs, time.perf_counter() - start)
+
+
+def _play(agent: Agent, cfg: PostTrainingTestsConfig, start: float) -> dict[str, SuiteRun]:
+    """Every suite of `cfg` played by `agent`, with a progress bar (or log lines)."""
+    label = cfg.eval.label or agent.name
 
     total = sum(_episodes_of(plan, cfg) for plan in plan_suites(agent, cfg).values())
     progress = Progress(
@@ -138,11 +158,16 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
                 elapsed = time.perf_counter() - start
                 print(f"[eval] {done}/{total} episodes ({suite_name}), {elapsed:.0f} s", flush=True)
 
-        runs = run_tests(agent, cfg, on_episode_end=advance)
+        return run_tests(agent, cfg, on_episode_end=advance)
 
+
+def _write(
+    agent: Agent, cfg: PostTrainingTestsConfig, runs: dict[str, SuiteRun], elapsed: float
+) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Summarise the runs into results.json, .csv, .md, .png and episodes.jsonl."""
     nbr_obs, action_space = resolve_settings(agent, cfg)
     results = {
-        "label": label,
+        "label": cfg.eval.label or agent.name,
         "nbr_obs": nbr_obs,
         "action_space": action_space or "level default",
         "prompt_format": prompt_format_of(agent),
@@ -150,9 +175,11 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
         "seed_base": cfg.eval.seed_base,
         "agent": asdict(cfg.agent),
         "eval": asdict(cfg.eval),
-        "elapsed_seconds": round(time.perf_counter() - start, 1),
+        "elapsed_seconds": round(elapsed, 1),
         "suites": {name: suite_record(run) for name, run in runs.items()},
     }
+    if isinstance(agent, GenerationAgent):
+        results["generation"] = agent.usage()
     output_dir = Path(cfg.eval.output_dir)
     paths = write_results(output_dir, results)
     paths["episodes"] = output_dir / "episodes.jsonl"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from glam.eval.episodes import TASK_FAMILIES, SuiteRun
-from glam.eval.stats import summarize
+from glam.eval.stats import EpisodeResult, balrog_progress, summarize
 
 __all__ = [
     "AggregateRow",
@@ -77,6 +77,34 @@ def suite_record(run: SuiteRun) -> dict[str, Any]:
         "per_task_type": {
             task: summarize(results).to_dict() for task, results in sorted(by_task.items())
         },
+        "balrog": _balrog_form(run.episodes, by_task),
+    }
+
+
+BALROG_TASK_NAMES = {"pickup_then_goto": "pick_up_seq_go_to"}
+"""BALROG's names of MixedTrainLocal's task types, where they differ from ours."""
+
+
+def _balrog_form(
+    episodes: Sequence[EpisodeResult], by_task: Mapping[str, Sequence[EpisodeResult]]
+) -> dict[str, Any]:
+    """The suite's figures as BALROG reports them: progression in % with its standard error,
+    overall and per task (under BALROG's task names)."""
+
+    def form(results: Sequence[EpisodeResult]) -> dict[str, Any]:
+        progress, error = balrog_progress([float(r.success) for r in results])
+        return {
+            "progression_percentage": progress,
+            "standard_error": error,
+            "episodes_played": len(results),
+        }
+
+    return {
+        **form(episodes),
+        "tasks": {
+            BALROG_TASK_NAMES.get(task, task): form(results)
+            for task, results in sorted(by_task.items())
+        },
     }
 
 
@@ -101,7 +129,15 @@ def _fmt_rate(record: Mapping[str, Any]) -> str:
 def _actions_text(results: Mapping[str, Any]) -> str:
     protocol = results["protocol"]
     if protocol == "generation":
-        return "actions generated greedily (BALROG protocol, invalid answers -> go forward)"
+        generation, client = results["eval"]["generation"], results["eval"]["client"]
+        temperature = client["temperature"]
+        sampling = "greedy" if temperature == 0 else f"temperature {temperature}"
+        feedback = "on" if generation["feedback_on_invalid_action"] else "off"
+        return (
+            f"actions written by the model in BALROG's dialogue (agent {generation['agent_type']}, "
+            f"{generation['max_history']} turns, {sampling}, at most {client['max_tokens']} "
+            f"tokens, invalid answers -> go forward, feedback {feedback})"
+        )
     if protocol in ("random", "bot"):
         return {"random": "uniformly random actions", "bot": "BabyAI's bot"}[protocol]
     return (
@@ -162,7 +198,36 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
                 f"| {name} | {task} | {_fmt_rate(task_record)} "
                 f"| {task_record['mean_length']:.1f} | {task_record['episodes']} |"
             )
+    if results["protocol"] == "generation":
+        lines += _balrog_markdown(ran)
     return "\n".join(lines) + "\n"
+
+
+def _balrog_markdown(ran: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """BALROG's form of the figures: progression (%) ± standard error, per task and overall."""
+    lines = [
+        "",
+        "## BALROG's form",
+        "",
+        "Progression in % ± standard error (BALROG's: the standard deviation over the episodes "
+        "over sqrt(n)), beside our success rate and 95% Wilson interval.",
+        "",
+        "| suite | task (BALROG's name) | progression ± s.e. (%) | success [95% CI] | episodes |",
+        "|---|---|---|---|---|",
+    ]
+    for name, record in ran.items():
+        form = record.get("balrog")
+        if not form:
+            continue
+        ours = dict(zip(form["tasks"], record["per_task_type"].values(), strict=True))
+        for task, task_form in [*form["tasks"].items(), ("all", form)]:
+            mine = record if task == "all" else ours[task]
+            lines.append(
+                f"| {name} | {task} | {task_form['progression_percentage']:.1f} ± "
+                f"{task_form['standard_error']:.1f} | {_fmt_rate(mine)} "
+                f"| {task_form['episodes_played']} |"
+            )
+    return lines
 
 
 def _results_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Summary statistics of evaluation episodes: success rate with a Wilson interval, means."""
+"""Summary statistics of evaluation episodes: success rate with a Wilson interval, means, and
+BALROG's form of the same figures (mean progression and its standard error, in %)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-__all__ = ["EpisodeResult", "SuiteSummary", "summarize", "wilson_interval"]
+__all__ = ["EpisodeResult", "SuiteSummary", "balrog_progress", "summarize", "wilson_interval"]
 
 Z_95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal."""
@@ -30,6 +31,23 @@ def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float
     low = 0.0 if successes == 0 else max(0.0, centre - half_width)
     high = 1.0 if successes == trials else min(1.0, centre + half_width)
     return low, high
+
+
+def balrog_progress(progressions: Sequence[float]) -> tuple[float, float]:
+    """BALROG's `(progression_percentage, standard_error)` of episodes' progressions.
+
+    As BALROG's `collect_and_summarize_results`: the mean in %, and the standard deviation
+    over the episodes (dividing by n, not n - 1) over sqrt(n), in %; 0 for a single episode.
+    In BabyAI an episode's progression is 1 on success, else 0.
+    """
+    n = len(progressions)
+    if n == 0:
+        raise ValueError("no episode to summarize")
+    mean = sum(progressions) / n
+    if n == 1:
+        return 100 * mean, 0.0
+    spread = math.sqrt(sum((x - mean) ** 2 for x in progressions) / n)
+    return 100 * mean, 100 * spread / math.sqrt(n)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,221 @@
+"""The HTTP chat client: any OpenAI-compatible server answers (vLLM, llama.cpp, our own).
+
+Each conversation is one `POST {base_url}/chat/completions` with `model`, `messages`,
+`max_tokens`, `temperature` (unless None) and `seed`; a batch is sent concurrently, one thread
+per conversation, so a server that batches (vLLM) sees them together. A request that fails with
+a connection error, a time-out, HTTP 429 or 5xx is tried again after `delay * 2**(k-1)` seconds
+(k = 1, 2...), at most `max_retries` times; any other HTTP error (a bad request, an unknown
+model) fails at once with the server's message. Every wait is bounded: a server that accepts the
+connection and never answers costs `timeout` seconds per try, so a request gives up after at most
+`(1 + max_retries) * timeout` seconds plus the back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import requests
+
+from glam.llm.chat import ChatClient, ChatClientError, Completion, Message
+from glam.llm.config import ClientConfig
+
+__all__ = ["OpenAIChatClient"]
+
+logger = logging.getLogger(__name__)
+
+_RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth another try: the server is busy, restarting or timed out."""
+
+Result = TypeVar("Result")
+
+
+class _Retryable(Exception):
+    """A failure that another try may not meet (connection, time-out, busy server)."""
+
+
+class OpenAIChatClient(ChatClient):
+    """An OpenAI-compatible `/v1/chat/completions` endpoint, with time-outs and retries."""
+
+    def __init__(self, cfg: ClientConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Connect to `cfg.base_url` and find the model to ask (`cfg.model_id`, else the first
+        one the server lists).
+
+        Args:
+            cfg: endpoint, model, sampling, time-out and retry settings.
+            sleep: how to wait between tries (tests pass a recorder).
+
+        Raises:
+            ChatClientError: the endpoint cannot be reached, or does not answer `/v1/models`
+                as an OpenAI-compatible server does, after the retries.
+        """
+        self.cfg = cfg
+        self.base_url = cfg.base_url.rstrip("/")
+        self._sleep = sleep
+        self._session = requests.Session()
+        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+        if cfg.api_key_env and not key:
+            raise ChatClientError(
+                f"client.api_key_env={cfg.api_key_env!r}: no such environment variable is set"
+            )
+        if key:
+            self._session.headers["Authorization"] = f"Bearer {key}"
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        try:
+            self.served_models = self._list_models()
+            """Model ids the server lists at `/v1/models`."""
+            self.model_id = cfg.model_id or self._only_model()
+        except ChatClientError:
+            self._session.close()
+            raise
+        if cfg.model_id and self.served_models and cfg.model_id not in self.served_models:
+            logger.warning(
+                "client.model_id=%r is not among the models %s lists (%s); asking for it anyway",
+                cfg.model_id,
+                self.base_url,
+                ", ".join(self.served_models),
+            )
+
+    # ---- the interface ------------------------------------------------------------------------
+
+    def complete(
+        self, conversations: Sequence[Sequence[Message]], seeds: Sequence[int] | None = None
+    ) -> list[Completion]:
+        if seeds is not None and len(seeds) != len(conversations):
+            raise ValueError(f"{len(seeds)} seeds for {len(conversations)} conversations")
+        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
+        if len(conversations) <= 1:
+            return [self._complete_one(c, s) for c, s in zip(conversations, seeds, strict=True)]
+        if self._pool is None or self._pool_size < len(conversations):
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = ThreadPoolExecutor(len(conversations), thread_name_prefix="chat")
+            self._pool_size = len(conversations)
+        return list(self._pool.map(self._complete_one, conversations, seeds))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+        self._session.close()
+
+    # ---- one request --------------------------------------------------------------------------
+
+    def _complete_one(self, messages: Sequence[Message], seed: int | None) -> Completion:
+        payload: dict[str, Any] = {
+            "model": self.model_id,
+            "messages": list(messages),
+            "max_tokens": self.cfg.max_tokens,
+        }
+        if self.cfg.temperature is not None:
+            payload["temperature"] = self.cfg.temperature
+        if seed is not None:
+            payload["seed"] = int(seed)
+        body = self._with_retries(
+            "POST /chat/completions", lambda: self._request("POST", "/chat/completions", payload)
+        )
+        try:
+            choice = body["choices"][0]
+            text = choice["message"].get("content") or ""
+            usage = body.get("usage") or {}
+            return Completion(
+                text=text,
+                finish_reason=str(choice.get("finish_reason") or "stop"),
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            )
+        except (KeyError, IndexError, TypeError, AttributeError) as error:
+            raise ChatClientError(
+                f"{self.base_url}/chat/completions answered without choices[0].message "
+                f"({error!r}): is it an OpenAI-compatible server?"
+            ) from error
+
+    def _list_models(self) -> list[str]:
+        body = self._with_retries("GET /models", lambda: self._request("GET", "/models", None))
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise ChatClientError(
+                f"{self.base_url}/models did not list models as an OpenAI-compatible server "
+                "does (no `data` list): check client.base_url (it ends with /v1)"
+            )
+        return [str(item.get("id")) for item in data if isinstance(item, dict) and "id" in item]
+
+    def _only_model(self) -> str:
+        if not self.served_models:
+            raise ChatClientError(
+                f"{self.base_url}/models lists no model: set client.model_id to the model to ask"
+            )
+        return self.served_models[0]
+
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
+        url = self.base_url + path
+        try:
+            response = self._session.request(
+                method, url, json=payload, timeout=(self.cfg.timeout, self.cfg.timeout)
+            )
+        except requests.Timeout as error:
+            raise _Retryable(f"no answer within {self.cfg.timeout:g} s") from error
+        except requests.ConnectionError as error:
+            raise _Retryable(f"cannot connect ({_reason(error)})") from error
+        if response.status_code in _RETRIED_STATUS:
+            raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
+        if response.status_code >= 400:
+            raise ChatClientError(
+                f"{method} {url} failed with HTTP {response.status_code}: "
+                f"{_server_message(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError as error:
+            raise ChatClientError(f"{method} {url} answered with no JSON body") from error
+
+    def _with_retries(self, what: str, attempt: Callable[[], Result]) -> Result:
+        """`attempt()`, tried again after a back-off while it fails in a retryable way."""
+        tries = 1 + self.cfg.max_retries
+        for k in range(1, tries + 1):
+            try:
+                return attempt()
+            except _Retryable as error:
+                if k == tries:
+                    raise ChatClientError(
+                        f"{what} at {self.base_url} failed {tries} time(s), last: {error}. Is the "
+                        "server running at client.base_url (scripts/serve_openai.py, vLLM, "
+                        "llama.cpp)? Raise client.timeout or client.max_retries for a slow one."
+                    ) from error
+                wait = self.cfg.delay * 2 ** (k - 1)
+                logger.warning(
+                    "%s at %s: %s; retry %d/%d in %g s",
+                    what,
+                    self.base_url,
+                    error,
+                    k,
+                    self.cfg.max_retries,
+                    wait,
+                )
+                self._sleep(wait)
+        raise AssertionError("unreachable")
+
+
+def _reason(error: requests.ConnectionError) -> str:
+    """The operating system's reason inside a connection error ("[Errno 111] Connection
+    refused"), else the whole message."""
+    text = str(error)
+    found = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    return found.group(0) if found else text
+
+
+def _server_message(response: requests.Response) -> str:
+    """The error message an OpenAI-compatible server put in its body, else the body's start."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason or ""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", body["error"]))
+    return str(body)[:300]
