@@ -53,6 +53,7 @@ from glam.policy.llm_policy import (
     _check_safetensors,
     _env_record,
 )
+from glam.ppo.rollout import resolve_action_space
 from glam.ppo.trainer import SetupError
 
 __all__ = [
@@ -296,8 +297,6 @@ def _first_problem(error: BaseException) -> str:
 def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
     """The PPO trainer's `PolicyFactory` for `policy.kind=symbolic`: a fresh network of the
     `symbolic` settings over the env's actions, or the one saved in `checkpoint / "policy"`."""
-    from glam.ppo.rollout import resolve_action_space
-
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
     except ValueError as error:

@@ -13,7 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+import transformers
+from accelerate.utils import broadcast_object_list
+
 from glam.config import TrainingRunConfig
+from glam.ppo.checkpoint import CheckpointWriteError, latest_checkpoint
+from glam.ppo.launch import LaunchError, build_accelerator, describe
+from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
 
 Trainer = Callable[..., object]
 """`(cfg, accelerator, run_dir, stop) -> TrainResult`, e.g. `glam.ppo.trainer.train`."""
@@ -28,14 +35,6 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
     """Train with `trainer` in this process (one of `accelerate launch`'s); return the exit
     status. An empty `train.output_dir` becomes `runs/<config_name>-<time>`, an empty
     `train.label` the preset's name."""
-    import torch
-    import transformers
-    from accelerate.utils import broadcast_object_list
-
-    from glam.ppo.checkpoint import CheckpointWriteError
-    from glam.ppo.launch import LaunchError, build_accelerator, describe
-    from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
-
     # Installed for the life of the process, never restored: a stop signal during set-up, the
     # last save or the exit is recorded instead of killing the process half-way.
     stop = StopSignal()
@@ -93,8 +92,6 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
 
 
 def _last_checkpoint(run_dir: Path) -> str:
-    from glam.ppo.checkpoint import latest_checkpoint
-
     try:
         last = latest_checkpoint(run_dir)
     except FileNotFoundError as error:
