@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers_launch import accelerate_launch
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +47,7 @@ def _launcher(layout: str | None) -> list[str]:
     """The command prefix: plain python for one process, else `accelerate launch` with 2."""
     if layout is None:
         return [sys.executable]
-    config = ROOT / "configs" / "accelerate" / f"{layout}.yaml"
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    return accelerate_launch(layout)
 
 
 def _run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:

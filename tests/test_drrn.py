@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers_launch import accelerate_launch
 from safetensors.torch import load_file
 
 from glam.baselines.drrn import DRRNPolicy
@@ -160,7 +161,10 @@ def _damage(folder: Path, how: str) -> None:
         ("no config", r"glam_policy.json: file is missing"),
         ("config not json", r"glam_policy.json: not valid JSON"),
         ("llm policy", r"glam_policy.json: a 'llm' policy, not a DRRN one"),
-        ("other sizes", r"model.safetensors: the weights do not fit the network"),
+        (
+            "other sizes",
+            r"model.safetensors: the weights do not load with the network sizes.*size mismatch",
+        ),
         ("truncated weights", r"model.safetensors: truncated"),
         ("no weights", r"model.safetensors: file is missing"),
     ],
@@ -545,15 +549,7 @@ def test_bad_presets_and_keys_exit_1_and_llm_runs_are_sent_elsewhere(tmp_path: P
 @pytest.mark.slow
 def test_two_processes_each_keep_their_envs_and_replay_and_share_one_network(tmp_path) -> None:
     run_dir = tmp_path / "two"
-    launcher = (
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
-        "--num_processes",
-        "2",
-    )
+    launcher = accelerate_launch("multi_cpu", 2)
     result = _train(run_dir, "train.total_frames=128", "train.save_every=1", launcher=launcher)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "2 process(es) (MULTI_CPU, cpu)" in result.stdout

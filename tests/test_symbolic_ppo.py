@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 from accelerate import Accelerator
+from helpers_launch import accelerate_launch
 
 from glam.baselines.loading import load_policy
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
@@ -58,24 +59,24 @@ def success_rate(policy: torch.nn.Module, cfg, *, greedy: bool) -> float:
     return sum(bool(e["success"]) for e in episodes) / len(episodes)
 
 
+SMALL = [
+    "symbolic.image_dim=8",
+    "symbolic.instr_dim=8",
+    "symbolic.hidden_dim=8",
+    "env.num_envs=4",
+    "ppo.frames_per_env=16",
+    "ppo.minibatch_size=32",
+    "ppo.epochs=1",
+    "train.total_frames=128",
+    "train.save_every=1",
+    "train.progress_bar=false",
+]
+"""A symbolic run of a few seconds: 8 channels, 4 envs x 16 frames."""
+
+
 def small(overrides: list[str] = ()) -> object:
-    """A symbolic run of a few seconds: 8 channels, 4 envs x 16 frames."""
-    return compose_config(
-        "symbolic_ppo",
-        [
-            "symbolic.image_dim=8",
-            "symbolic.instr_dim=8",
-            "symbolic.hidden_dim=8",
-            "env.num_envs=4",
-            "ppo.frames_per_env=16",
-            "ppo.minibatch_size=32",
-            "ppo.epochs=1",
-            "train.total_frames=128",
-            "train.save_every=1",
-            "train.progress_bar=false",
-            *overrides,
-        ],
-    )
+    """The `SMALL` run's config, with `overrides` after its settings."""
+    return compose_config("symbolic_ppo", [*SMALL, *overrides])
 
 
 def test_a_symbolic_run_writes_the_run_folder_and_resumes(tmp_path: Path) -> None:
@@ -121,20 +122,6 @@ def test_symbolic_ppo_learns_go_to_red_ball(tmp_path: Path) -> None:
     assert after >= 0.9 and after >= random_play + 0.25 and after > before
 
 
-SMALL = [
-    "symbolic.image_dim=8",
-    "symbolic.instr_dim=8",
-    "symbolic.hidden_dim=8",
-    "env.num_envs=4",
-    "ppo.frames_per_env=16",
-    "ppo.minibatch_size=32",
-    "ppo.epochs=1",
-    "train.total_frames=128",
-    "train.save_every=1",
-    "train.progress_bar=false",
-]
-
-
 def _script(
     run_dir: Path, *launcher: str, extra: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
@@ -158,15 +145,7 @@ def test_train_baseline_trains_the_symbolic_agent(tmp_path: Path, processes: int
     run_dir = tmp_path / "run"
     launcher = ()
     if processes == 2:
-        launcher = (
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
-            "--num_processes",
-            "2",
-        )
+        launcher = accelerate_launch("multi_cpu", 2)
     result = _script(run_dir, *launcher)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert f"{processes} process(es)" in result.stdout and "policy.kind=symbolic" in result.stdout

@@ -17,24 +17,26 @@ it, and a missing, truncated or malformed file is a `CheckpointError` that names
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from glam.baselines.words import encode_texts
 from glam.config import DRRNConfig, EnvConfig
-from glam.policy.llm_policy import CheckpointError, PolicyOutput, _check_safetensors
+from glam.policy.files import (
+    CONFIG_FILE,
+    CheckpointError,
+    check_words_and_env,
+    env_record,
+    load_weights,
+    read_policy_config,
+    save_policy_folder,
+)
+from glam.policy.llm_policy import PolicyOutput
 
-CONFIG_FILE = "glam_policy.json"
-WEIGHTS_FILE = "model.safetensors"
-FORMAT_VERSION = 1
 KIND = "drrn"
 NETWORK_FIELDS = ("embedding_dim", "hidden_dim", "vocabulary_buckets")
 """The `DRRNConfig` fields that shape the network (saved with the weights)."""
@@ -84,7 +86,7 @@ class DRRNPolicy(nn.Module):
     ) -> DRRNPolicy:
         """A freshly initialised network of the sizes `cfg` gives (torch's RNG draws it)."""
         policy = cls(action_words, **{name: getattr(cfg, name) for name in NETWORK_FIELDS})
-        policy.training_env = _env_record(training_env)
+        policy.training_env = env_record(training_env)
         return policy
 
     def forward(
@@ -166,19 +168,13 @@ class DRRNPolicy(nn.Module):
         `training_env` (by default `self.training_env`) is recorded, so that a policy folder
         copied on its own is still evaluated on its prompt length and actions.
         """
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(weights, path / WEIGHTS_FILE)
         meta = {
-            "format_version": FORMAT_VERSION,
             "kind": KIND,
             "network": dict(self.network),
             "action_words": self.action_words,
-            "env": _env_record(training_env) or self.training_env,
+            "env": env_record(training_env) or self.training_env,
         }
-        (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return path
+        return save_policy_folder(path, self, meta)
 
     @classmethod
     def from_pretrained(
@@ -191,38 +187,21 @@ class DRRNPolicy(nn.Module):
                 folder holds another kind of policy (the message names the file).
         """
         path = Path(path)
-        meta = _read_meta(path / CONFIG_FILE)
-        _check_safetensors(path / WEIGHTS_FILE)
+        meta = _read_meta(path)
         policy = cls(meta["action_words"], **meta["network"])
-        policy.training_env = _env_record(training_env) or meta.get("env")
-        try:
-            policy.load_state_dict(load_file(path / WEIGHTS_FILE))
-        except (RuntimeError, SafetensorError) as error:  # RuntimeError: missing keys, shapes
-            lines = str(error).strip().splitlines()
-            raise CheckpointError(
-                f"{path / WEIGHTS_FILE}: the weights do not fit the network of {CONFIG_FILE} "
-                f"({' '.join(line.strip() for line in lines[:3])})"
-            ) from None
+        policy.training_env = env_record(training_env) or meta.get("env")
+        load_weights(policy, path, "network sizes")
         return policy
 
 
-def _read_meta(file: Path) -> dict[str, Any]:
-    """`glam_policy.json` of a DRRN policy, checked for the keys and types loading relies on."""
-    if not file.is_file():
-        what = "folder does not exist" if not file.parent.is_dir() else "file is missing"
-        raise CheckpointError(f"{file}: {what} (not a policy saved by save_pretrained)")
-    try:
-        meta = json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{file}: not a JSON object")
+def _read_meta(path: Path) -> dict[str, Any]:
+    """`glam_policy.json` of the DRRN policy folder `path`, checked for the keys and types
+    loading relies on."""
+    meta, file = read_policy_config(path), path / CONFIG_FILE
     kind = meta.get("kind", "llm")
     if kind != KIND:
         raise CheckpointError(f"{file}: a {kind!r} policy, not a DRRN one")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{file}: unknown format {meta.get('format_version')!r}")
-    network, words = meta.get("network"), meta.get("action_words")
+    network = meta.get("network")
     if not isinstance(network, dict) or sorted(network) != sorted(NETWORK_FIELDS):
         raise CheckpointError(
             f"{file}: 'network' must hold {list(NETWORK_FIELDS)}, got {network!r}"
@@ -231,15 +210,5 @@ def _read_meta(file: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file}: 'network' sizes must be positive integers ({network!r})")
     if network["vocabulary_buckets"] < 2:
         raise CheckpointError(f"{file}: vocabulary_buckets must be >= 2 ({network!r})")
-    if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
-        raise CheckpointError(f"{file}: 'action_words' must be a non-empty list of strings")
-    if not isinstance(meta.get("env"), (dict, type(None))):
-        raise CheckpointError(f"{file}: 'env' has the wrong type ({meta['env']!r})")
+    check_words_and_env(file, meta)
     return meta
-
-
-def _env_record(env: EnvConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The env settings as `glam_policy.json` records them: a plain dict of `EnvConfig`'s fields."""
-    if env is None:
-        return None
-    return asdict(env) if isinstance(env, EnvConfig) else dict(env)

@@ -50,15 +50,16 @@ from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     TrainResult,
-    check_output_dir,
-    check_same_run,
+    announce_resume,
+    checkpoint_due,
     episode_metrics,
-    pick_resume_checkpoint,
+    log_update,
+    open_logs,
+    open_run_dir,
     raise_if_diverged,
     raise_on_any,
     resolved_config_yaml,
     restore_training_state,
-    set_aside_checkpoints_after,
 )
 
 TARGET_FILE = "target.safetensors"
@@ -177,12 +178,9 @@ def train_drrn(
             metrics = row_metrics(t, row)
             t.state.episodes += int(metrics["charts/episodes"])
             t.state.elapsed_seconds = time.perf_counter() - start_time
-            t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
-            t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
-            t.progress.print(_summary_line(t, metrics))
+            log_update(t.logger, t.progress, t.state, metrics, _summary_line(t, metrics))
             # 3. Checkpoint.
-            every = cfg.train.save_every
-            if (every and t.state.update % every == 0) or t.state.frames >= cfg.train.total_frames:
+            if checkpoint_due(cfg, t.state):
                 checkpoint = t.save()
         if stop.stopping or checkpoint is None:
             checkpoint = t.save()  # a no-op if this update was just saved
@@ -381,16 +379,8 @@ def build_drrn_training(
     networks, optimizer, replay buffer and logs, and restore the checkpoint."""
     world, rank = accelerator.num_processes, accelerator.process_index
     _check_drrn_layout(cfg, accelerator)
-    problem = None
-    if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
-        try:
-            check_output_dir(cfg, run_dir)
-        except SetupError as error:
-            problem = str(error)
-    raise_on_any(accelerator, problem)
-    resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
+    resume_from = open_run_dir(cfg, accelerator, run_dir)
     if resume_from is not None:
-        check_same_run(cfg, resume_from, world)
         _check_same_network(cfg, resume_from)
 
     local_envs = cfg.env.num_envs // world
@@ -435,31 +425,18 @@ def build_drrn_training(
         gradient_steps = _load_drrn_state(accelerator, resume_from, target, replay)
         left = -(-(cfg.train.total_frames - state.frames) // frames_per_update)
         num_updates = state.update + max(0, left)
-        accelerator.print(
-            f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
-        )
-        set_aside_checkpoints_after(accelerator, resume_from, state.update)
-    elif cfg.train.resume:
-        accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
+    announce_resume(cfg, accelerator, run_dir, resume_from, state)
 
-    config = OmegaConf.create(resolved_config_yaml(cfg, accelerator, num_updates))
-    config.launch.frames_per_update = frames_per_update
-    config_yaml = OmegaConf.to_yaml(config)
-    if accelerator.is_main_process and resume_from is None:
-        (run_dir / "config.yaml").write_text(config_yaml)
-    logger = MetricsLogger(
+    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates, frames_per_update)
+    logger, progress = open_logs(
+        cfg,
+        accelerator,
         run_dir,
-        enabled=accelerator.is_main_process,
-        resume_update=state.update if cfg.train.resume else None,
-        resume_frames=state.frames if cfg.train.resume else None,
-        wandb_project=cfg.train.wandb_project if cfg.train.wandb else None,
-        config=OmegaConf.to_container(config),
-    )
-    progress = ProgressBar(
-        state.frames + (num_updates - state.update) * frames_per_update,
-        state.frames,
-        enabled=accelerator.is_main_process,
-        bar=cfg.train.progress_bar,
+        config_yaml,
+        state,
+        num_updates,
+        frames_per_update,
+        fresh=resume_from is None,
         title="DRRN",
     )
     return DRRNTraining(

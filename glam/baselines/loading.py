@@ -13,7 +13,6 @@ whose module is not installed is reported as such.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from glam.config import EnvConfig
-from glam.policy.llm_policy import CONFIG_FILE, FORMAT_VERSION, CheckpointError
+from glam.policy.files import CONFIG_FILE, CheckpointError, read_policy_config
 
 __all__ = ["POLICY_CLASSES", "load_policy", "policy_kind", "read_policy_config"]
 
@@ -32,28 +31,6 @@ POLICY_CLASSES: dict[str, str] = {
 }
 """The class of each policy kind, as `module:Class`; each has `from_pretrained(path, *,
 training_env=None)` (the LLM's also takes `trust_remote_code`)."""
-
-
-def read_policy_config(path: str | Path) -> dict[str, Any]:
-    """The `glam_policy.json` of the policy folder `path`, as a JSON object of a known format.
-
-    Raises:
-        CheckpointError: the file is missing, not JSON, not an object, or of an unknown format
-            version (the message names it).
-    """
-    file = Path(path) / CONFIG_FILE
-    if not file.is_file():
-        what = "folder does not exist" if not file.parent.is_dir() else "file is missing"
-        raise CheckpointError(f"{file}: {what} (not a policy saved by save_pretrained)")
-    try:
-        meta = json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{file}: not a JSON object")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{file}: unknown format {meta.get('format_version')!r}")
-    return meta
 
 
 def policy_kind(path: str | Path) -> str:

@@ -29,7 +29,6 @@ words, the env it was trained on) and `model.safetensors`: no pickle, no code.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -37,22 +36,22 @@ from typing import Any
 
 import torch
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from glam.baselines.loading import read_policy_config
 from glam.baselines.words import encode_texts
 from glam.config import EnvConfig, SymbolicConfig, TrainingRunConfig
-from glam.policy.heads import mlp
-from glam.policy.llm_policy import (
+from glam.policy.files import (
     CONFIG_FILE,
-    FORMAT_VERSION,
+    WEIGHTS_FILE,
     CheckpointError,
-    PolicyOutput,
-    _check_safetensors,
-    _env_record,
+    check_words_and_env,
+    env_record,
+    load_weights,
+    read_policy_config,
+    save_policy_folder,
 )
+from glam.policy.heads import mlp
+from glam.policy.llm_policy import PolicyOutput
 from glam.ppo.rollout import resolve_action_space
 from glam.ppo.trainer import SetupError
 
@@ -65,7 +64,6 @@ __all__ = [
     "build_symbolic_policy",
 ]
 
-WEIGHTS_FILE = "model.safetensors"
 ACTOR_OUTPUT_SCALE = 0.01
 """The actor's last layer starts this much smaller than BabyAI's unit-norm rows (Andrychowicz et
 al. 2021, "What matters in on-policy RL"): with unit rows over 64 tanh units the first policy
@@ -235,19 +233,13 @@ class SymbolicActorCritic(nn.Module):
         `training_env` (by default `self.training_env`) is recorded so that the folder, copied on
         its own, is still evaluated in the action space it was trained in.
         """
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, path / WEIGHTS_FILE)
         meta = {
-            "format_version": FORMAT_VERSION,
             "kind": "symbolic",
             "symbolic": asdict(self.cfg),
             "action_words": self.action_words,
-            "env": _env_record(training_env) or self.training_env,
+            "env": env_record(training_env) or self.training_env,
         }
-        (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return path
+        return save_policy_folder(path, self, meta)
 
     @classmethod
     def from_pretrained(
@@ -263,35 +255,15 @@ class SymbolicActorCritic(nn.Module):
         meta = read_policy_config(path)
         if meta.get("kind") != "symbolic":
             raise CheckpointError(f"{file}: kind={meta.get('kind')!r}, not a symbolic policy")
-        words = meta.get("action_words")
-        if not (isinstance(words, list) and words and all(isinstance(w, str) for w in words)):
-            raise CheckpointError(f"{file}: 'action_words' must be a non-empty list of strings")
-        if not isinstance(meta.get("env"), (dict, type(None))):
-            raise CheckpointError(f"{file}: 'env' has the wrong type ({meta['env']!r})")
+        check_words_and_env(file, meta)
         try:
             cfg = SymbolicConfig(**meta["symbolic"])
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"{file}: malformed 'symbolic' settings: {error}") from None
-        policy = cls(cfg, words)
-        weights = path / WEIGHTS_FILE
-        _check_safetensors(weights)
-        try:
-            policy.load_state_dict(load_file(weights))
-        except (SafetensorError, RuntimeError) as error:  # RuntimeError: missing keys, shapes
-            raise CheckpointError(
-                f"{weights}: the weights do not load with the 'symbolic' settings of "
-                f"{CONFIG_FILE}: {_first_problem(error)}"
-            ) from None
-        policy.training_env = _env_record(training_env) or meta.get("env")
+        policy = cls(cfg, meta["action_words"])
+        load_weights(policy, path, "'symbolic' settings")
+        policy.training_env = env_record(training_env) or meta.get("env")
         return policy
-
-
-def _first_problem(error: BaseException) -> str:
-    """torch's list of state-dict mismatches (one line each) shortened to the first."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    details = lines[1:] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines
-    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
-    return (details[0] if details else type(error).__name__) + more
 
 
 def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
@@ -307,5 +279,5 @@ def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
         except CheckpointError as error:
             raise SetupError(f"cannot resume: {error}") from None
     policy = SymbolicActorCritic(cfg.symbolic, action_words)
-    policy.training_env = _env_record(cfg.env)
+    policy.training_env = env_record(cfg.env)
     return policy

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from peft import PeftModel
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torch.distributions import Categorical
@@ -38,12 +38,19 @@ from glam.policy.adapters import (
     enable_gradient_checkpointing,
     quiet_peft,
 )
+from glam.policy.files import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    CheckpointError,
+    check_env_record,
+    check_safetensors,
+    env_record,
+    read_policy_config,
+)
 from glam.policy.heads import ActionHeads, ValueHead
 from glam.scoring import prompt_hidden_states, score_candidates, unwrap_model
 
-CONFIG_FILE = "glam_policy.json"
 HEADS_FILE = "heads.safetensors"
-FORMAT_VERSION = 1
 
 SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
     "policy": {
@@ -176,7 +183,7 @@ class LLMActorCritic(nn.Module):
             pretrained=model_cfg.pretrained,
         )
         policy = cls.from_model(model, tokenizer, model_cfg, policy_cfg, action_words)
-        policy.training_env = _env_record(training_env)
+        policy.training_env = env_record(training_env)
         return policy
 
     # ----------------------------------------------------------------------------------------
@@ -293,7 +300,7 @@ class LLMActorCritic(nn.Module):
         if model is not None:
             # Whether model code may run is decided by whoever loads the folder, never by it.
             del model["trust_remote_code"]
-        env = _env_record(training_env) or self.training_env
+        env = env_record(training_env) or self.training_env
         meta = {
             "format_version": FORMAT_VERSION,
             "weights": weights,
@@ -383,14 +390,9 @@ class LLMActorCritic(nn.Module):
             policy = cls(model, tokenizer, policy_cfg, meta["action_words"], model_cfg=model_cfg)
         except ValueError as error:
             raise CheckpointError(f"{path / CONFIG_FILE}: {error}") from None
-        policy.training_env = _env_record(training_env) or meta.get("env")
+        policy.training_env = env_record(training_env) or meta.get("env")
         _load_heads(policy, path / HEADS_FILE)
         return policy
-
-
-class CheckpointError(ValueError):
-    """A policy folder that cannot be loaded: a file missing, truncated or malformed, or model
-    code that is not allowed to run. The message names the file."""
 
 
 WEIGHTS_KINDS = ("full", "adapter", "adapter+base")
@@ -400,17 +402,7 @@ model settings (`adapter/`), or the adapter and its base (`adapter/`, `base/`)."
 
 def _read_meta(file: Path) -> dict:
     """`glam_policy.json`, checked for the keys and types `from_pretrained` relies on."""
-    if not file.is_file():
-        what = "folder does not exist" if not file.parent.is_dir() else "file is missing"
-        raise CheckpointError(f"{file}: {what} (not a policy saved by save_pretrained)")
-    try:
-        meta = json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{file}: not valid JSON ({error})") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{file}: not a JSON object")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{file}: unknown format {meta.get('format_version')!r}")
+    meta = read_policy_config(file.parent)
     expected = {
         "weights": str,
         "dtype": str,
@@ -429,18 +421,17 @@ def _read_meta(file: Path) -> dict:
         raise CheckpointError(f"{file}: dtype={meta['dtype']!r} is not one of {sorted(DTYPES)}")
     if not all(isinstance(word, str) for word in meta["action_words"]):
         raise CheckpointError(f"{file}: action_words must be strings ({meta['action_words']!r})")
-    if not isinstance(meta.get("env"), (dict, type(None))):
-        raise CheckpointError(f"{file}: 'env' has the wrong type ({meta['env']!r})")
+    check_env_record(file, meta)
     return meta
 
 
 def _check_files(path: Path, weights: str) -> None:
     """Every file `weights` needs is there and whole, before a library reads it: a truncated
     or garbage file is reported by name, not as a library's traceback."""
-    _check_safetensors(path / HEADS_FILE)
+    check_safetensors(path / HEADS_FILE)
     if weights != "full":
         _check_json(path / "adapter" / "adapter_config.json")
-        _check_safetensors(path / "adapter" / "adapter_model.safetensors")
+        check_safetensors(path / "adapter" / "adapter_model.safetensors")
     for folder in {"full": ["model"], "adapter+base": ["base"]}.get(weights, []):
         _check_model_folder(path / folder)
 
@@ -457,9 +448,9 @@ def _check_model_folder(folder: Path) -> None:
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index}: no 'weight_map' naming the weight files")
         for name in sorted(set(weight_map.values())):
-            _check_safetensors(folder / name)
+            check_safetensors(folder / name)
     else:
-        _check_safetensors(folder / "model.safetensors")
+        check_safetensors(folder / "model.safetensors")
 
 
 def _check_json(file: Path) -> None:
@@ -469,39 +460,6 @@ def _check_json(file: Path) -> None:
         json.loads(file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{file}: not valid JSON ({error})") from None
-
-
-def _check_safetensors(file: Path) -> None:
-    """The file exists, its header parses and the file holds every byte the header describes."""
-    if not file.is_file():
-        raise CheckpointError(f"{file}: file is missing")
-    size = file.stat().st_size
-    with file.open("rb") as stream:
-        prefix = stream.read(8)
-        if len(prefix) < 8:
-            raise CheckpointError(f"{file}: truncated ({size} bytes, not even a header)")
-        header_size = int.from_bytes(prefix, "little")
-        if 8 + header_size > size:
-            raise CheckpointError(
-                f"{file}: truncated or not a safetensors file (its first 8 bytes announce a "
-                f"{header_size}-byte header, the file has {size} bytes)"
-            )
-        try:
-            header = json.loads(stream.read(header_size))
-            end = max(
-                (v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                default=0,
-            )
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
-            raise CheckpointError(f"{file}: not a safetensors file (unreadable header)") from None
-    if 8 + header_size + end > size:
-        raise CheckpointError(
-            f"{file}: truncated ({size} bytes, its header describes {8 + header_size + end})"
-        )
-    try:
-        safe_open(file, framework="pt").keys()
-    except SafetensorError as error:  # safetensors' own checks: offsets, dtypes, overlaps
-        raise CheckpointError(f"{file}: not a valid safetensors file ({error})") from None
 
 
 def _load_saved_model(
@@ -541,13 +499,6 @@ def _load_heads(policy: LLMActorCritic, file: Path) -> None:
             policy.action_heads.load_state_dict(_with_prefix(heads, "action_heads."))
     except (SafetensorError, RuntimeError) as error:  # RuntimeError: missing keys, shapes
         raise CheckpointError(f"{file}: the heads do not load: {error}") from None
-
-
-def _env_record(env: EnvConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The env settings as `glam_policy.json` records them: a plain dict of `EnvConfig`'s fields."""
-    if env is None:
-        return None
-    return asdict(env) if isinstance(env, EnvConfig) else dict(env)
 
 
 def _with_prefix(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:

@@ -212,12 +212,10 @@ def train(
             }
             for hook in hooks:
                 metrics |= hook.after_update(t, t.model, metrics)
-            t.logger.log(t.state.update, t.state.frames, t.state.elapsed_seconds, metrics)
-            t.progress.update(t.state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
-            t.progress.print(_summary_line(t.state, t.num_updates, metrics))
+            summary = _summary_line(t.state, t.num_updates, metrics)
+            log_update(t.logger, t.progress, t.state, metrics, summary)
             # 5. Checkpoint.
-            every = cfg.train.save_every
-            if (every and t.state.update % every == 0) or t.state.frames >= cfg.train.total_frames:
+            if checkpoint_due(cfg, t.state):
                 checkpoint = t.save()
         if stop.stopping or checkpoint is None:
             checkpoint = t.save()  # a no-op if this update was just saved
@@ -505,16 +503,7 @@ def build_training(
             )
         make_policy = build_policy
     _check_layout(cfg, world)
-    problem = None
-    if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
-        try:
-            check_output_dir(cfg, run_dir)
-        except SetupError as error:
-            problem = str(error)
-    raise_on_any(accelerator, problem)
-    resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
-    if resume_from is not None:
-        check_same_run(cfg, resume_from, world)
+    resume_from = open_run_dir(cfg, accelerator, run_dir)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
     # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
     if cfg.policy.kind == "llm":
@@ -577,30 +566,18 @@ def build_training(
         scheduler.base_lrs = [cfg.ppo.lr] * len(optimizer.param_groups)
         for group in optimizer.param_groups:
             group["lr"] = cfg.ppo.lr * factor
-        accelerator.print(
-            f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
-        )
-        set_aside_checkpoints_after(accelerator, resume_from, state.update)
-    elif cfg.train.resume:
-        accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
+    announce_resume(cfg, accelerator, run_dir, resume_from, state)
 
     config_yaml = resolved_config_yaml(cfg, accelerator, num_updates)
-    if accelerator.is_main_process and resume_from is None:
-        (run_dir / "config.yaml").write_text(config_yaml)
-    resuming_logs = cfg.train.resume  # a resumed run rewinds the logs to its checkpoint
-    logger = MetricsLogger(
+    logger, progress = open_logs(
+        cfg,
+        accelerator,
         run_dir,
-        enabled=accelerator.is_main_process,
-        resume_update=state.update if resuming_logs else None,
-        resume_frames=state.frames if resuming_logs else None,
-        wandb_project=cfg.train.wandb_project if cfg.train.wandb else None,
-        config=OmegaConf.to_container(OmegaConf.create(config_yaml)),
-    )
-    progress = ProgressBar(
-        state.frames + (num_updates - state.update) * cfg.frames_per_update,
-        state.frames,
-        enabled=accelerator.is_main_process,
-        bar=cfg.train.progress_bar,
+        config_yaml,
+        state,
+        num_updates,
+        cfg.frames_per_update,
+        fresh=resume_from is None,
     )
     recompute = cfg.ppo.recompute_logprobs
     if recompute is None:
@@ -670,6 +647,78 @@ def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
     if ppo.lr_schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
     return 1.0
+
+
+def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Path | None:
+    """Create and check the run folder (main process), then pick and check the checkpoint to
+    resume (None: a fresh start); a problem stops every process (collective)."""
+    problem = None
+    if accelerator.is_main_process:  # it alone creates the folder; every process stops on it
+        try:
+            check_output_dir(cfg, run_dir)
+        except SetupError as error:
+            problem = str(error)
+    raise_on_any(accelerator, problem)
+    resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
+    if resume_from is not None:
+        check_same_run(cfg, resume_from, accelerator.num_processes)
+    return resume_from
+
+
+def announce_resume(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    run_dir: Path,
+    resume_from: Path | None,
+    state: TrainerState,
+) -> None:
+    """Say which checkpoint the run resumed from and set aside what the run did after it
+    (collective), or that `train.resume=true` found none to resume."""
+    if resume_from is not None:
+        accelerator.print(
+            f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
+        )
+        set_aside_checkpoints_after(accelerator, resume_from, state.update)
+    elif cfg.train.resume:
+        accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")
+
+
+def open_logs(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    run_dir: Path,
+    config_yaml: str,
+    state: TrainerState,
+    num_updates: int,
+    frames_per_update: int,
+    *,
+    fresh: bool,
+    title: str = "PPO",
+) -> tuple[MetricsLogger, ProgressBar]:
+    """Write `config.yaml` when the run starts `fresh` (not from a checkpoint), open the metrics
+    logs and a progress bar up to the run's last update (their output on the main process only).
+
+    With `train.resume=true` the logs rewind to the checkpoint's update (to 0 if none was found).
+    """
+    if accelerator.is_main_process and fresh:
+        (run_dir / "config.yaml").write_text(config_yaml)
+    resuming_logs = cfg.train.resume
+    logger = MetricsLogger(
+        run_dir,
+        enabled=accelerator.is_main_process,
+        resume_update=state.update if resuming_logs else None,
+        resume_frames=state.frames if resuming_logs else None,
+        wandb_project=cfg.train.wandb_project if cfg.train.wandb else None,
+        config=OmegaConf.to_container(OmegaConf.create(config_yaml)),
+    )
+    progress = ProgressBar(
+        state.frames + (num_updates - state.update) * frames_per_update,
+        state.frames,
+        enabled=accelerator.is_main_process,
+        bar=cfg.train.progress_bar,
+        title=title,
+    )
+    return logger, progress
 
 
 def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
@@ -841,8 +890,14 @@ def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> No
     ds_config["gradient_clipping"] = cfg.ppo.max_grad_norm
 
 
-def resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator, num_updates: int) -> str:
-    """The run's config, plus a `launch` section recording how it was started."""
+def resolved_config_yaml(
+    cfg: TrainingRunConfig,
+    accelerator: Accelerator,
+    num_updates: int,
+    frames_per_update: int | None = None,
+) -> str:
+    """The run's config, plus a `launch` section recording how it was started
+    (`frames_per_update`: PPO's `cfg.frames_per_update` unless given)."""
     launch = {
         "world_size": accelerator.num_processes,
         "envs_per_process": cfg.env.num_envs // accelerator.num_processes,
@@ -855,7 +910,7 @@ def resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator, num_u
         "mixed_precision": str(accelerator.mixed_precision),
         "device": str(accelerator.device.type),
         "num_updates": num_updates,
-        "frames_per_update": cfg.frames_per_update,
+        "frames_per_update": frames_per_update or cfg.frames_per_update,
         "command": " ".join(sys.argv),
     }
     container = OmegaConf.to_container(OmegaConf.structured(cfg))
@@ -865,6 +920,25 @@ def resolved_config_yaml(cfg: TrainingRunConfig, accelerator: Accelerator, num_u
 # --------------------------------------------------------------------------------------------
 # Metrics helpers
 # --------------------------------------------------------------------------------------------
+
+
+def log_update(
+    logger: MetricsLogger,
+    progress: ProgressBar,
+    state: TrainerState,
+    metrics: dict[str, float],
+    summary: str,
+) -> None:
+    """Write an update's metrics to the logs, move the progress bar and print `summary`."""
+    logger.log(state.update, state.frames, state.elapsed_seconds, metrics)
+    progress.update(state.frames, metrics["charts/fps"], metrics["charts/success_rate"])
+    progress.print(summary)
+
+
+def checkpoint_due(cfg: TrainingRunConfig, state: TrainerState) -> bool:
+    """The update just done is saved: every `train.save_every` updates, and the last one."""
+    every = cfg.train.save_every
+    return bool(every and state.update % every == 0) or state.frames >= cfg.train.total_frames
 
 
 def episode_metrics(sums: torch.Tensor) -> dict[str, float]:
