@@ -9,6 +9,9 @@ default `train.label` of their `config.yaml` (empty: the preset named by `--conf
   success after update u is the success rate of all the episodes that ended in updates
   u - N + 1 .. u (a trailing window of N updates, each update weighted by its episodes, so an
   update in which one episode ended counts for one episode); the smoothed return likewise.
+  With `min_episodes`, a window holding fewer episodes gives no value: at the start of a run only
+  episodes that succeeded quickly have ended (a time-out takes the level's whole step limit),
+  so the first few ended episodes overstate the policy's success.
 - **Curves.** Each run's smoothed curves are interpolated linearly onto a common grid of frames
   (evenly spaced from the earliest first logged frame to the latest last one), never before the
   run's first smoothed value nor after its last: a run says nothing past its last frame. A
@@ -296,12 +299,15 @@ def _window_sums(
     return total, count
 
 
-def smooth(values: np.ndarray, episodes: np.ndarray, window: int) -> np.ndarray:
+def smooth(
+    values: np.ndarray, episodes: np.ndarray, window: int, min_episodes: int = 1
+) -> np.ndarray:
     """Per update, the mean of `values` over the episodes that ended in the last `window`
-    updates (trailing; NaN when none ended in them)."""
+    updates (trailing; NaN when fewer than `min_episodes`, at least 1, ended in them)."""
     total, count = _window_sums(np.asarray(values, float), np.asarray(episodes, float), window)
+    enough = count >= max(1, min_episodes)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
+        return np.where(enough, total / np.where(enough, count, 1), np.nan)
 
 
 def interpolate(frames: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -406,17 +412,21 @@ def group_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
     return {label: sorted(members, key=lambda r: r.seed) for label, members in groups.items()}
 
 
-def _smoothed_on_grid(run: Run, grid: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-    success = interpolate(run.frames, smooth(run.success, run.episodes, window), grid)
-    returns = interpolate(run.frames, smooth(run.returns, run.episodes, window), grid)
+def _smoothed_on_grid(
+    run: Run, grid: np.ndarray, window: int, min_episodes: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    success = interpolate(run.frames, smooth(run.success, run.episodes, window, min_episodes), grid)
+    returns = interpolate(run.frames, smooth(run.returns, run.episodes, window, min_episodes), grid)
     return success, returns
 
 
-def group_bands(runs: Sequence[Run], grid: np.ndarray, window: int) -> dict[str, tuple[Band, Band]]:
+def group_bands(
+    runs: Sequence[Run], grid: np.ndarray, window: int, min_episodes: int = 1
+) -> dict[str, tuple[Band, Band]]:
     """Per label: the (success, return) bands of its seeds' smoothed curves on `grid`."""
     bands = {}
     for label, members in group_runs(runs).items():
-        curves = [_smoothed_on_grid(run, grid, window) for run in members]
+        curves = [_smoothed_on_grid(run, grid, window, min_episodes) for run in members]
         bands[label] = (
             band_over_seeds(np.stack([c[0] for c in curves])),
             band_over_seeds(np.stack([c[1] for c in curves])),
@@ -424,12 +434,14 @@ def group_bands(runs: Sequence[Run], grid: np.ndarray, window: int) -> dict[str,
     return bands
 
 
-def tidy_curves(runs: Sequence[Run], grid: np.ndarray, window: int) -> pd.DataFrame:
+def tidy_curves(
+    runs: Sequence[Run], grid: np.ndarray, window: int, min_episodes: int = 1
+) -> pd.DataFrame:
     """One row per run and grid frame it covers: label, seed, run, frames, smoothed success and
     return (blank where no episode had ended yet)."""
     tables = []
     for run in runs:
-        success, returns = _smoothed_on_grid(run, grid, window)
+        success, returns = _smoothed_on_grid(run, grid, window, min_episodes)
         covered = (grid >= run.frames[0]) & (grid <= run.frames[-1])
         tables.append(
             pd.DataFrame(
@@ -480,12 +492,14 @@ class ThresholdRow:
 
 
 def threshold_rows(
-    runs: Sequence[Run], thresholds: Sequence[float], window: int
+    runs: Sequence[Run], thresholds: Sequence[float], window: int, min_episodes: int = 1
 ) -> list[ThresholdRow]:
     """Per label and threshold, each seed's frames to reach it (smoothed success)."""
     rows = []
     for label, members in group_runs(runs).items():
-        smoothed = {run.seed: smooth(run.success, run.episodes, window) for run in members}
+        smoothed = {
+            run.seed: smooth(run.success, run.episodes, window, min_episodes) for run in members
+        }
         for threshold in thresholds:
             per_seed = {
                 run.seed: frames_to_threshold(run.frames, smoothed[run.seed], threshold)
@@ -682,6 +696,7 @@ def comparison_markdown(
     *,
     window: int,
     suite: str,
+    min_episodes: int = 1,
 ) -> str:
     """The comparison as Markdown: how it was computed, the runs, thresholds, final success."""
     lines = [
@@ -691,7 +706,15 @@ def comparison_markdown(
         f"update(s) (trailing window, each update weighted by its episodes), interpolated onto "
         f"{len(grid)} frames from {_frames(grid[0])} to {_frames(grid[-1])} (never past a run's "
         "last logged frame). A group's curve is its mean over seeds where every seed has a "
-        "value, with a 95% Student-t interval over seeds (none for one seed).",
+        "value, with a 95% Student-t interval over seeds (none for one seed)."
+        + (
+            f" A smoothed value needs at least {min_episodes} episodes in its window (blank "
+            "before): early in training only the episodes that succeeded quickly have ended "
+            "(a time-out takes the level's whole step limit), so the first few episodes "
+            "overstate success."
+            if min_episodes > 1
+            else ""
+        ),
         "",
         "## Runs",
         "",
@@ -809,6 +832,7 @@ def write_comparison(
     *,
     thresholds: Sequence[float] = (0.5, 0.8, 0.9),
     window: int = 10,
+    min_episodes: int = 1,
     grid_points: int = 200,
     baselines: Sequence[FinalRow] = (),
     suite: str = "no_change",
@@ -827,17 +851,18 @@ def write_comparison(
     out.mkdir(parents=True, exist_ok=True)
     paths = {name.rsplit(".", 1)[1]: out / name for name in COMPARISON_FILES}
     grid = frame_grid(runs, grid_points)
-    bands = group_bands(runs, grid, window)
+    bands = group_bands(runs, grid, window, min_episodes)
     finals = [*final_rows(runs, window, suite), *baselines]
-    tidy_curves(runs, grid, window).to_csv(paths["csv"], index=False)
+    tidy_curves(runs, grid, window, min_episodes).to_csv(paths["csv"], index=False)
     paths["md"].write_text(
         comparison_markdown(
             runs,
             bands,
             grid,
-            threshold_rows(runs, thresholds, window),
+            threshold_rows(runs, thresholds, window, min_episodes),
             finals,
             window=window,
+            min_episodes=min_episodes,
             suite=suite,
         )
     )

@@ -57,6 +57,13 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--smooth", type=int, default=10, help="smoothing window, in updates")
     parser.add_argument(
+        "--min-episodes",
+        type=int,
+        default=30,
+        help="episodes a smoothing window needs for a value (early windows hold only the "
+        "episodes that succeeded fast)",
+    )
+    parser.add_argument(
         "--baselines", nargs="+", type=Path, default=[], help="results.json files or folders"
     )
     parser.add_argument("--suite", default="no_change", help="evaluation suite of final success")
@@ -74,6 +81,7 @@ def main(argv: list[str]) -> int:
             runs,
             thresholds=args.thresholds,
             window=args.smooth,
+            min_episodes=args.min_episodes,
             grid_points=args.grid_points,
             baselines=baselines,
             suite=args.suite,

@@ -371,7 +371,7 @@ def test_script_writes_the_comparison(tmp_path: Path) -> None:
     )
     write_results(tmp_path / "random", "random", LEVEL, 0.3, 100)
     out = tmp_path / "out"
-    done = _compare(*runs, "--out", out, "--smooth", "1", "--baselines", tmp_path / "random")
+    done = _compare(*runs, "--out", out, "--smooth", "1", "--min-episodes", "1", "--baselines", tmp_path / "random")
     assert done.returncode == 0, done.stderr
     for name in ("csv", "md", "png"):
         assert f"wrote {name:3s} {out / f'comparison.{name}'}" in done.stdout
@@ -436,3 +436,19 @@ def test_script_refuses_bad_input(case: str, tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout
     assert done.stderr.startswith("error: ") and message in done.stderr
     assert not out.exists()
+
+
+def test_a_window_with_too_few_episodes_gives_no_value() -> None:
+    """Early windows hold only the episodes that succeeded fast: with `min_episodes` they are
+    blank, and a threshold is first reached where enough episodes back it."""
+    success = np.array([1.0, 0.5, 0.6, 0.6])
+    episodes = np.array([4, 16, 20, 20])
+    np.testing.assert_allclose(
+        smooth(success, episodes, 2, min_episodes=1), [1.0, 0.6, 0.5 * 16 / 36 + 0.6 * 20 / 36, 0.6]
+    )
+    np.testing.assert_allclose(
+        smooth(success, episodes, 2, min_episodes=30), [NAN, NAN, (8 + 12) / 36, 0.6]
+    )
+    frames = np.array([100, 200, 300, 400])
+    assert frames_to_threshold(frames, smooth(success, episodes, 2, 1), 0.9) == 100
+    assert frames_to_threshold(frames, smooth(success, episodes, 2, 30), 0.9) is None
