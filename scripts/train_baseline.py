@@ -51,6 +51,8 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
             file=sys.stderr,
         )
         return 2
+    from functools import partial
+
     from glam.ppo.entry import run_training
 
     if cfg.policy.kind == "drrn":
@@ -59,9 +61,7 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         from glam.baselines.symbolic import build_symbolic_policy
         from glam.ppo.trainer import train
 
-        def trainer(cfg, accelerator, run_dir, stop):  # noqa: ANN001, ANN202
-            return train(cfg, accelerator, run_dir, stop, make_policy=build_symbolic_policy)
-
+        trainer = partial(train, make_policy=build_symbolic_policy)
     return run_training(cfg, trainer, config_name=config_name)
 
 

@@ -48,6 +48,8 @@ def main(cfg: TrainingRunConfig) -> None:
 
 def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
+    from functools import partial
+
     from glam.ppo.entry import run_training
     from glam.ppo.trainer import train
 
@@ -56,11 +58,7 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         from glam.probe import ProbeHook
 
         hooks.append(ProbeHook())
-
-    def trainer(cfg, accelerator, run_dir, stop):  # noqa: ANN001, ANN202
-        return train(cfg, accelerator, run_dir, stop, hooks=hooks)
-
-    return run_training(cfg, trainer, config_name=config_name)
+    return run_training(cfg, partial(train, hooks=hooks), config_name=config_name)
 
 
 if __name__ == "__main__":
