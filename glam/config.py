@@ -38,6 +38,8 @@ from omegaconf import (
 )
 from omegaconf.errors import OmegaConfBaseException
 
+from glam.teach.config import TeachConfig
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 """The repository's Hydra presets (training presets at the top, `eval/`, `bc/`, `demos/`)."""
 
@@ -464,6 +466,8 @@ class TrainingRunConfig:
     """The symbolic agent's network (`policy.kind=symbolic`; unused otherwise)."""
     drrn: DRRNConfig = field(default_factory=DRRNConfig)
     """The DRRN agent and its TD learning (`policy.kind=drrn`; unused otherwise)."""
+    teach: TeachConfig = field(default_factory=TeachConfig)
+    """A teacher whose action distribution the student distils early on (`glam.teach`)."""
 
     @property
     def frames_per_update(self) -> int:
@@ -477,6 +481,11 @@ class TrainingRunConfig:
         return -(-self.train.total_frames // self.frames_per_update)
 
     def __post_init__(self) -> None:
+        if self.teach.teacher != "none" and self.policy.kind == "drrn":
+            raise ValueError(
+                f"teach.teacher={self.teach.teacher!r}: a teacher is distilled into a PPO "
+                "student (policy.kind=symbolic or llm), not into DRRN's Q-values"
+            )
         if self.train.probe_every and self.policy.kind != "llm":
             raise ValueError(
                 f"train.probe_every={self.train.probe_every}: the action-probability probe is "

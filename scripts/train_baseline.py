@@ -59,9 +59,10 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         from glam.baselines.drrn_trainer import train_drrn as trainer
     else:
         from glam.baselines.symbolic import build_symbolic_policy
+        from glam.couplings import coupling_hooks
         from glam.ppo.trainer import train
 
-        trainer = partial(train, make_policy=build_symbolic_policy)
+        trainer = partial(train, make_policy=build_symbolic_policy, hooks=coupling_hooks(cfg))
     return run_training(cfg, trainer, config_name=config_name)
 
 

@@ -50,15 +50,11 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
     from functools import partial
 
+    from glam.couplings import coupling_hooks
     from glam.ppo.entry import run_training
     from glam.ppo.trainer import train
 
-    hooks = []
-    if cfg.train.probe_every:
-        from glam.probe import ProbeHook
-
-        hooks.append(ProbeHook())
-    return run_training(cfg, partial(train, hooks=hooks), config_name=config_name)
+    return run_training(cfg, partial(train, hooks=coupling_hooks(cfg)), config_name=config_name)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,8 @@ class Transitions:
     """`(batch,)` GAE advantages."""
     returns: torch.Tensor
     """`(batch,)` value targets (advantages + values)."""
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    """`(batch, ...)` tensors the trainer's hooks stored with the transitions, by name."""
 
     def __len__(self) -> int:
         return len(self.observations)
@@ -38,6 +40,7 @@ class Transitions:
             values=self.values[index],
             advantages=self.advantages[index],
             returns=self.returns[index],
+            extras={name: values[index] for name, values in self.extras.items()},
         )
 
 
@@ -62,6 +65,8 @@ class RolloutBuffer:
         self.final_values = torch.zeros(shape)
         """Value of the final observation where an episode was truncated at that step (with
         `ppo.bootstrap_truncated`), 0 elsewhere."""
+        self.extras: dict[str, torch.Tensor] = {}
+        """`(steps, envs, ...)` tensors of the trainer's hooks, by name (made at first use)."""
         self.step = 0
 
     def add(
@@ -72,8 +77,10 @@ class RolloutBuffer:
         values: torch.Tensor,
         rewards: torch.Tensor,
         dones: torch.Tensor,
+        extras: dict[str, torch.Tensor] | None = None,
     ) -> None:
-        """Store one step: what each env's policy saw, chose and got. Tensors are `(envs,)`."""
+        """Store one step: what each env's policy saw, chose and got. Tensors are `(envs,)`;
+        `extras` are `(envs, ...)` tensors of the hooks, by name (the same names every step)."""
         if self.step >= self.num_steps:
             raise IndexError(f"rollout buffer is full ({self.num_steps} steps)")
         if len(observations) != self.num_envs:
@@ -85,6 +92,19 @@ class RolloutBuffer:
         self.values[t] = values.detach().to("cpu", torch.float32)
         self.rewards[t] = rewards.detach().to("cpu", torch.float32)
         self.dones[t] = dones.detach().to("cpu", torch.bool)
+        extras = extras or {}
+        if t == 0:
+            self.extras = {
+                name: torch.zeros((self.num_steps, *values.shape), dtype=values.dtype)
+                for name, values in extras.items()
+            }
+        if extras.keys() != self.extras.keys():
+            raise ValueError(
+                f"step {t} brings extras {sorted(extras)}, the rollout's first step brought "
+                f"{sorted(self.extras)}"
+            )
+        for name, values in extras.items():
+            self.extras[name][t] = values.detach().cpu()
         self.step += 1
 
     @property
@@ -109,4 +129,7 @@ class RolloutBuffer:
             values=self.values.reshape(-1),
             advantages=advantages.reshape(-1),
             returns=returns.reshape(-1),
+            extras={
+                name: values.reshape(-1, *values.shape[2:]) for name, values in self.extras.items()
+            },
         )

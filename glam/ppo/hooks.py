@@ -4,15 +4,29 @@ A hook is an object with any of the methods of `TrainerHook` (each a no-op there
 calls every hook's method at its point of the loop, in the order given. Diagnostics (GLAM's
 action-probability probe) and the couplings of later packages (a teacher, a reward model, a
 planner) plug in here; with no hook the loop is exactly the plain PPO loop.
+
+The points, in the order of one update:
+
+- `start`: once, before the first rollout (keep what you need: the runner, the accelerator);
+- `observe`: at each rollout step, before the policy acts: tensors to store with the step's
+  transitions (the teacher's action distribution...), read back as `batch.extras[name]`;
+- `after_step`: at each rollout step, after the envs applied the actions;
+- `loss`: for each micro-batch of the update, a term added to PPO's loss;
+- `after_update`: after the optimizer steps, metrics to add to the update's row;
+- `close`: once, when the run ends (normally or not).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from glam.policy.llm_policy import PolicyOutput
+    from glam.policy.observations import Observations
+    from glam.ppo.buffer import Transitions
     from glam.ppo.trainer import Training
 
 
@@ -23,6 +37,23 @@ class TrainerHook:
         """Called once, after everything is built (and a checkpoint restored), before the
         first rollout; `training.model` is the prepared (wrapped) model."""
 
+    def observe(self, observations: Observations) -> dict[str, torch.Tensor]:
+        """Called at every rollout step with what each local env's policy reads before it
+        acts (`training.runner`'s envs are in that state). Returns tensors `(envs, ...)` to
+        store with this step's transitions, under their names; the update reads them back as
+        `batch.extras[name]`. A name must come at every step of a rollout or at none."""
+        return {}
+
+    def after_step(self, actions: torch.Tensor, rewards: np.ndarray, dones: np.ndarray) -> None:
+        """Called at every rollout step after the envs applied `actions` `(envs,)`; envs whose
+        episode ended (`dones`) have already started the next one."""
+
+    def loss(self, output: PolicyOutput, batch: Transitions) -> torch.Tensor | None:
+        """Called for every micro-batch of the update with the policy's output on `batch`;
+        returns a scalar to add to PPO's loss (it is backpropagated with it), or None to add
+        nothing. Keep the term's statistics yourself and report them in `after_update`."""
+        return None
+
     def after_update(
         self, training: Training, model: torch.nn.Module, metrics: dict[str, float]
     ) -> dict[str, float]:
@@ -31,3 +62,6 @@ class TrainerHook:
         add to the update's row (namespaced, e.g. `probe/...`). Collective calls (a forward
         under ZeRO-3) must run on every process."""
         return {}
+
+    def close(self) -> None:
+        """Called once when `train` returns or raises: release models, servers, files."""

@@ -175,7 +175,7 @@ def train(
             hook.start(t)
         while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
             # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
-            rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop)
+            rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop, hooks)
             if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
                 break
             # 2. Advantages.
@@ -192,7 +192,9 @@ def train(
             # 3. PPO epochs over minibatches.
             learning_rate = t.optimizer.param_groups[0]["lr"]
             update_start = time.perf_counter()
-            stats = ppo_update(t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute)
+            stats = ppo_update(
+                t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute, hooks
+            )
             t.scheduler.step()
             update_seconds = time.perf_counter() - update_start
             # 4. Counters and logs.
@@ -220,6 +222,8 @@ def train(
         if stop.stopping or checkpoint is None:
             checkpoint = t.save()  # a no-op if this update was just saved
     finally:
+        for hook in hooks:
+            hook.close()
         if t is not None:
             t.close()
         if own_stop:
@@ -236,8 +240,12 @@ def collect_rollout(
     cfg: TrainingRunConfig,
     accelerator: Accelerator,
     stop: StopSignal,
+    hooks: Sequence[TrainerHook] = (),
 ) -> Rollout | None:
-    """Fill `buffer` with `ppo.frames_per_env` steps of every local env; None if asked to stop."""
+    """Fill `buffer` with `ppo.frames_per_env` steps of every local env; None if asked to stop.
+
+    `hooks` observe each step before the policy acts (their tensors are stored with the step)
+    and after the envs applied the actions."""
     start = time.perf_counter()
     model.eval()
     buffer.reset()
@@ -258,8 +266,13 @@ def collect_rollout(
             last_values = values[: len(observations)]
             break
         output = batch.rows(len(observations))
+        extras: dict[str, torch.Tensor] = {}
+        for hook in hooks:
+            extras |= hook.observe(observations)
         actions = output.dist.sample()
         rewards, dones, ended = runner.step(actions.tolist())
+        for hook in hooks:
+            hook.after_step(actions, rewards, dones)
         buffer.add(
             observations,
             actions,
@@ -267,6 +280,7 @@ def collect_rollout(
             output.values,
             torch.as_tensor(rewards) * cfg.env.reward_scale,
             torch.as_tensor(dones),
+            extras,
         )
         final_envs, finals = (
             runner.final_observations() if cfg.ppo.bootstrap_truncated else ([], None)
@@ -286,8 +300,11 @@ def ppo_update(
     ppo: PPOConfig,
     accelerator: Accelerator,
     recompute: bool,
+    hooks: Sequence[TrainerHook] = (),
 ) -> dict[str, float]:
     """Run `ppo.epochs` epochs of minibatch gradient steps on `batch` (this process's part).
+
+    Each micro-batch's loss is PPO's plus the terms `hooks` add (`TrainerHook.loss`).
 
     Each process takes `minibatch_size / world_size` transitions per step, in chunks of
     `micro_batch_size` with gradient accumulation; gradients are averaged over processes.
@@ -321,7 +338,7 @@ def ppo_update(
         for minibatch in orders[epoch].split(local_minibatch):
             for chunk in minibatch.split(micro):
                 with accelerator.accumulate(model):
-                    loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device)
+                    loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device, hooks)
                     raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     accelerator.backward(loss)
                     if accelerator.sync_gradients:
@@ -359,15 +376,19 @@ def ppo_update(
 
 
 def _chunk_loss(
-    model: torch.nn.Module, mb: Transitions, ppo: PPOConfig, device: torch.device
+    model: torch.nn.Module,
+    mb: Transitions,
+    ppo: PPOConfig,
+    device: torch.device,
+    hooks: Sequence[TrainerHook] = (),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Forward a micro-batch and return its PPO loss and stats (a NaN loss if the policy's
-    outputs are not finite: the caller stops every process on it)."""
+    """Forward a micro-batch and return its loss (PPO's plus the hooks' terms) and PPO's stats
+    (a NaN loss if the policy's outputs are not finite: the caller stops every process on it)."""
     output = model(**mb.observations.inputs())
     if not _finite(output):
         return torch.tensor(float("nan")), {}
     actions = mb.actions.to(device)
-    return ppo_loss(
+    loss, stats = ppo_loss(
         output.dist.log_prob(actions).float(),
         mb.logprobs.to(device),
         mb.advantages.to(device),
@@ -380,6 +401,11 @@ def _chunk_loss(
         value_coef=ppo.value_coef,
         entropy_coef=ppo.entropy_coef,
     )
+    for hook in hooks:
+        term = hook.loss(output, mb)
+        if term is not None:
+            loss = loss + term
+    return loss, stats
 
 
 def _finite(output: PolicyOutput) -> bool:
