@@ -884,11 +884,29 @@ class _CountingHook(TrainerHook):
     """Records the calls it gets and reports the update number as a metric."""
 
     def __init__(self) -> None:
-        self.started = 0
+        self.started = self.observed = self.stepped = self.closed = 0
         self.updates: list[int] = []
+        self.extras_seen: list[torch.Tensor] = []
 
     def start(self, training: Training) -> None:
         self.started += 1
+        self.num_envs = training.runner.num_envs
+
+    def observe(self, observations: object) -> dict[str, torch.Tensor]:
+        self.observed += 1
+        # A tensor per env that says which step and env it belongs to.
+        return {"hook/tag": torch.arange(self.num_envs) + 100 * self.observed}
+
+    def after_step(self, actions: torch.Tensor, rewards: object, dones: object) -> None:
+        assert len(actions) == self.num_envs
+        self.stepped += 1
+
+    def loss(self, output: object, batch: object) -> None:
+        self.extras_seen.append(batch.extras["hook/tag"])
+        return None  # adds nothing
+
+    def close(self) -> None:
+        self.closed += 1
 
     def after_update(
         self, training: Training, model: nn.Module, metrics: dict[str, float]
@@ -906,7 +924,14 @@ def test_hooks_are_called_at_their_points_and_their_metrics_are_logged(
         cfg = tiny_config()
         cfg.train.output_dir = str(run_dir)
         train(cfg, accelerator, run_dir, hooks=hooks)
-    assert hook.started == 1 and hook.updates == [1, 2]
+    assert hook.started == 1 and hook.updates == [1, 2] and hook.closed == 1
+    # 2 updates of 8 steps: observed and stepped at each, before the actions are sampled.
+    assert hook.observed == hook.stepped == 16
+    # Each transition of update u carries the tensor its step's `observe` returned for its env:
+    # 100 * (step of the run, 1-based) + env, all 32 of each update seen once (1 epoch).
+    tags = sorted(torch.cat(hook.extras_seen).tolist())
+    expected = sorted(100 * step + env for step in range(1, 17) for env in range(4))
+    assert tags == expected
     with (hooked / "metrics.csv").open() as file:
         rows = list(csv.DictReader(file))
     assert [float(row["hook/update_seen"]) for row in rows] == [1.0, 2.0]

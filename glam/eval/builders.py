@@ -48,6 +48,8 @@ def agent_label(cfg: AgentConfig) -> str:
     """A short name for tables; the seeds of one training run share it (`glam_paper`)."""
     if cfg.kind in ("random", "bot"):
         return cfg.kind
+    if cfg.kind == "teacher":
+        return f"teacher:{cfg.teacher}" + (f":{cfg.model}" if cfg.teacher == "llm" else "")
     if cfg.kind == "zero_shot":
         model = Path(cfg.model).name or cfg.model
         tempered = f" (T={cfg.temperature:g})" if cfg.temperature not in (None, 1.0) else ""
@@ -92,11 +94,31 @@ def build_agent(
         return RandomAgent()
     if cfg.kind == "bot":
         return BotAgent()
+    if cfg.kind == "teacher":
+        return _teacher_agent(cfg, greedy=greedy)
     if cfg.kind == "checkpoint":
         return _checkpoint_agent(cfg, greedy=greedy)
     if cfg.protocol == "generation":
         return _generation_agent(cfg, generation or GenerationConfig(), client or ClientConfig())
     return _language_model_agent(cfg, greedy=greedy)
+
+
+def _teacher_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    from glam.teach.agent import TeacherAgent
+    from glam.teach.config import TeachConfig
+    from glam.teach.hook import build_teacher
+
+    teach = TeachConfig(teacher=cfg.teacher, model=cfg.model, temperature=cfg.temperature or 1.0)
+    scorer = None
+    if cfg.teacher == "llm":  # one model for every action space the suites use
+        from glam.teach.scorers import LocalScorer
+
+        scorer = LocalScorer.load(cfg.model)
+
+    def factory(minigrid_actions: tuple[int, ...]):
+        return build_teacher(teach, minigrid_actions, scorer=scorer)
+
+    return TeacherAgent(agent_label(cfg), factory, greedy=greedy)
 
 
 def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:

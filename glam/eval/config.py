@@ -21,7 +21,7 @@ __all__ = [
     "ResultsTableConfig",
 ]
 
-AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot")
+AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot", "teacher")
 """Agents the harness can evaluate."""
 
 RESULT_FILES: tuple[str, ...] = (
@@ -57,13 +57,18 @@ class AgentConfig:
     kind: str = "zero_shot"
     """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
     actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`
-    or `bot` (BabyAI's planner, which reads the grid, not the text)."""
+    `bot` (BabyAI's planner, which reads the grid, not the text) or `teacher` (LLM4Teach's
+    teacher alone, `agent.teacher`)."""
     path: str = ""
     """`checkpoint`: a run folder, one of its checkpoint folders or a saved policy folder.
     `bc`: the folder of the saved adapter (or of a full fine-tuned model)."""
     model: str = DEFAULT_MODEL
     """`zero_shot`: model spec (embedded name, local folder, hub id). `bc`: base model when the
     adapter does not name a loadable one."""
+    teacher: str = "llm"
+    """`teacher`: `llm` (`agent.model` weighs the skills' subgoals, `glam.teach`), `bot` or
+    `uniform` (every subgoal equally); subgoal probabilities at `agent.temperature` (1 if
+    unset)."""
     protocol: str = "scoring"
     """`scoring`: softmax over the log-likelihood of each action (GLAM); `generation`: the model
     writes the action in BALROG's dialogue (`eval.generation`, `eval.client`), invalid answers
@@ -91,6 +96,7 @@ class AgentConfig:
     def __post_init__(self) -> None:
         _check_choice("agent.kind", self.kind, AGENT_KINDS)
         _check_choice("agent.protocol", self.protocol, ("scoring", "generation"))
+        _check_choice("agent.teacher", self.teacher, ("llm", "bot", "uniform"))
         _check_choice("agent.prompt_format", self.prompt_format, ("glam", "chat"))
         _check_choice("agent.normalization", self.normalization, ("sum", "token", "word"))
         _check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))

@@ -18,6 +18,7 @@ import torch
 
 from glam.ppo.hooks import TrainerHook
 from glam.teach.config import TeachConfig
+from glam.teach.scorers import SubgoalScorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher, Teacher
 
 if TYPE_CHECKING:
@@ -32,13 +33,19 @@ PROBS, VALID = "teacher_probs", "teacher_valid"
 """Names of the teacher's tensors in the rollout buffer."""
 
 
-def build_teacher(cfg: TeachConfig, minigrid_actions: tuple[int, ...]) -> Teacher:
-    """The teacher `cfg.teacher` names, over an action space given as minigrid actions."""
+def build_teacher(
+    cfg: TeachConfig, minigrid_actions: tuple[int, ...], *, scorer: SubgoalScorer | None = None
+) -> Teacher:
+    """The teacher `cfg.teacher` names, over an action space given as minigrid actions.
+
+    `scorer`: the LLM teacher's, when the caller already has one (several teachers can share a
+    model); otherwise built from `cfg` (`teach.backend`, `teach.model`).
+    """
     if cfg.teacher == "bot":
         return BotTeacher(minigrid_actions)
     if cfg.teacher == "uniform":
         return SubgoalTeacher(minigrid_actions, None)
-    if cfg.teacher == "llm":
+    if cfg.teacher == "llm" and scorer is None:
         from glam.teach.scorers import LocalScorer
 
         if cfg.backend == "openai":
@@ -49,6 +56,7 @@ def build_teacher(cfg: TeachConfig, minigrid_actions: tuple[int, ...]) -> Teache
             )
         else:
             scorer = LocalScorer.load(cfg.model)
+    if cfg.teacher == "llm":
         return SubgoalTeacher(
             minigrid_actions, scorer, temperature=cfg.temperature, cache=cfg.cache
         )

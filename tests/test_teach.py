@@ -1,0 +1,162 @@
+"""LLM4Teach in the PPO trainer: the schedule, the distillation term, the teachers, the cache,
+and a student that comes to agree with its teacher."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from glam.baselines.symbolic import build_symbolic_policy
+from glam.config import PPOConfig, compose_config
+from glam.ppo.checkpoint import TrainerState
+from glam.ppo.hooks import TrainerHook
+from glam.ppo.trainer import _chunk_loss, train
+from glam.teach.config import TeachConfig
+from glam.teach.hook import TeachHook, distillation_loss
+
+SMALL = [
+    "symbolic.image_dim=8",
+    "symbolic.instr_dim=8",
+    "symbolic.hidden_dim=8",
+    "env.num_envs=4",
+    "ppo.frames_per_env=16",
+    "ppo.minibatch_size=32",
+    "ppo.epochs=1",
+    "train.total_frames=192",
+    "train.progress_bar=false",
+]
+"""A symbolic run of a few seconds: 8 channels, 4 envs x 16 frames, 3 updates."""
+
+
+# --- The schedule ------------------------------------------------------------------------------
+
+
+def test_the_authors_schedule_at_chosen_updates() -> None:
+    cfg = TeachConfig(teacher="llm")  # 10, -0.005 per update, floor 0.1, off after 3000
+    assert cfg.coef(1) == 10.0
+    assert cfg.coef(2) == pytest.approx(9.995)
+    assert cfg.coef(1001) == pytest.approx(5.0)
+    assert cfg.coef(1981) == pytest.approx(0.1)  # 10 - 0.005 * 1980: the floor is reached
+    assert cfg.coef(2500) == cfg.coef(3000) == 0.1
+    assert cfg.coef(3001) == 0.0 and cfg.coef(10**6) == 0.0
+    assert TeachConfig(teacher="none").coef(1) == 0.0
+
+
+def test_bad_teach_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="teach.teacher='oracle'"):
+        TeachConfig(teacher="oracle")
+    with pytest.raises(ValueError, match="coef_floor"):
+        TeachConfig(teacher="bot", coef_start=0.5, coef_floor=1.0)
+    with pytest.raises(ValueError, match="teach.temperature"):
+        TeachConfig(teacher="llm", temperature=0.0)
+    with pytest.raises(ValueError, match="not into DRRN"):
+        compose_config("drrn", ["teach.teacher=bot"])
+
+
+# --- The distillation term ---------------------------------------------------------------------
+
+
+def test_distillation_loss_by_hand() -> None:
+    # Row 0: student (1/3, 2/3, absent), teacher (1/2, 1/2, 0): CE = (ln 3 + ln 1.5) / 2.
+    # Row 1: no advice: adds 0 (but counts in the mean, as PPO's mean over the micro-batch).
+    logits = torch.tensor([[0.0, math.log(2.0), -math.inf], [5.0, 0.0, 0.0]])
+    teacher = torch.tensor([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    valid = torch.tensor([True, False])
+    loss, rows = distillation_loss(logits, teacher, valid)
+    row0 = (math.log(3.0) + math.log(1.5)) / 2
+    assert rows.tolist() == pytest.approx([row0, 0.0])
+    assert loss.item() == pytest.approx(row0 / 2)
+    # The gradient pulls the student's logits toward the teacher's (softmax - teacher).
+    logits.requires_grad_(True)
+    distillation_loss(logits, teacher, valid)[0].backward()
+    assert logits.grad[0].tolist() == pytest.approx([(1 / 3 - 0.5) / 2, (2 / 3 - 0.5) / 2, 0.0])
+    assert logits.grad[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def _minibatch(seed: int = 0):
+    """A symbolic policy and a minibatch of 8 grid transitions with a teacher's tensors."""
+    from glam.ppo.buffer import Transitions
+    from glam.ppo.rollout import EnvRunner
+
+    cfg = compose_config("symbolic_ppo", SMALL)
+    torch.manual_seed(seed)
+    policy = build_symbolic_policy(cfg, None)
+    runner = EnvRunner(cfg.env, cfg.policy, num_envs=8, seed=123, observation_kind="grid")
+    runner.reset()
+    observations = runner.observations()
+    runner.close()
+    teacher = torch.softmax(torch.randn(8, 3), -1)
+    batch = Transitions(
+        observations=observations,
+        actions=torch.randint(3, (8,)),
+        logprobs=torch.full((8,), -1.1),
+        values=torch.zeros(8),
+        advantages=torch.randn(8),
+        returns=torch.randn(8),
+        extras={"teacher_probs": teacher, "teacher_valid": torch.rand(8) > 0.3},
+    )
+    return policy, batch
+
+
+def _hook(update: int, **teach: object) -> TeachHook:
+    hook = TeachHook(TeachConfig(**teach), teacher=SimpleNamespace())
+    hook.training = SimpleNamespace(state=TrainerState(update=update))
+    return hook
+
+
+def test_with_coefficient_zero_the_loss_is_ppos_exactly() -> None:
+    ppo = PPOConfig()
+    policy, batch = _minibatch()
+
+    def loss_and_grads(hooks: tuple[TrainerHook, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        policy.zero_grad()
+        loss, _ = _chunk_loss(policy, batch, ppo, torch.device("cpu"), hooks)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in policy.parameters() if p.grad is not None]
+
+    plain, plain_grads = loss_and_grads(())
+    # Past `off_after` (update 3 of a schedule that ends after 2): nothing is added.
+    off, off_grads = loss_and_grads((_hook(2, teacher="bot", off_after=2),))
+    assert torch.equal(off, plain)
+    assert all(torch.equal(a, b) for a, b in zip(off_grads, plain_grads, strict=True))
+    # While on: PPO's loss plus coef * the distillation term, nothing else.
+    on, _ = loss_and_grads((_hook(0, teacher="bot", coef_start=2.5, off_after=5),))
+    with torch.no_grad():
+        output = policy(**batch.observations.inputs())
+        term, _ = distillation_loss(
+            output.logits, batch.extras["teacher_probs"], batch.extras["teacher_valid"]
+        )
+    assert on.item() == pytest.approx(plain.item() + 2.5 * term.item(), rel=1e-6)
+    assert term.item() > 0.1
+
+
+# --- The trainer with and without a teacher ---------------------------------------------------
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
+def test_an_inactive_teacher_leaves_the_run_bit_identical(tmp_path: Path) -> None:
+    accelerator = Accelerator(cpu=True)
+    runs = {}
+    for name, hooks in (
+        ("plain", ()),
+        ("off", (TeachHook(TeachConfig(teacher="bot", off_after=0)),)),
+    ):
+        cfg = compose_config("symbolic_ppo", [*SMALL, f"train.output_dir={tmp_path / name}"])
+        train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
+        runs[name] = _metrics(tmp_path / name)
+    timing = ("charts/fps", "charts/rollout_fps", "charts/update_fps", "time/")
+    for plain, off in zip(runs["plain"], runs["off"], strict=True):
+        assert off["teach/coef"] == "0.0" and off["teach/llm_calls"] == "0.0"
+        for key, value in plain.items():
+            if not key.startswith(timing):
+                assert off[key] == value, key
