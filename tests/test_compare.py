@@ -371,7 +371,17 @@ def test_script_writes_the_comparison(tmp_path: Path) -> None:
     )
     write_results(tmp_path / "random", "random", LEVEL, 0.3, 100)
     out = tmp_path / "out"
-    done = _compare(*runs, "--out", out, "--smooth", "1", "--min-episodes", "1", "--baselines", tmp_path / "random")
+    done = _compare(
+        *runs,
+        "--out",
+        out,
+        "--smooth",
+        "1",
+        "--min-episodes",
+        "1",
+        "--baselines",
+        tmp_path / "random",
+    )
     assert done.returncode == 0, done.stderr
     for name in ("csv", "md", "png"):
         assert f"wrote {name:3s} {out / f'comparison.{name}'}" in done.stdout
