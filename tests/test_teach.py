@@ -154,7 +154,8 @@ def test_an_inactive_teacher_leaves_the_run_bit_identical(tmp_path: Path) -> Non
         cfg = compose_config("symbolic_ppo", [*SMALL, f"train.output_dir={tmp_path / name}"])
         train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
         runs[name] = _metrics(tmp_path / name)
-    timing = ("charts/fps", "charts/rollout_fps", "charts/update_fps", "time/")
+    timing = ("charts/fps", "charts/rollout_fps", "charts/update_fps", "time/", "elapsed_seconds")
+    assert len(runs["plain"]) == 3
     for plain, off in zip(runs["plain"], runs["off"], strict=True):
         assert off["teach/coef"] == "0.0" and off["teach/llm_calls"] == "0.0"
         for key, value in plain.items():
