@@ -144,7 +144,8 @@ class SkillMap:
         desc = ObjDesc(goal.type, goal.color)
         desc.find_matching_objs(self.env)
         if goal.kind == "open":  # the closest closed one: an open door is not to be opened
-            closed = [(d, p) for d, p in zip(desc.obj_set, desc.obj_poss) if not d.is_open]
+            pairs = zip(desc.obj_set, desc.obj_poss, strict=True)
+            closed = [(door, pos) for door, pos in pairs if not door.is_open]
             desc.obj_set, desc.obj_poss = [d for d, _ in closed], [p for _, p in closed]
         if not desc.obj_set:
             return None
