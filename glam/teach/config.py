@@ -19,7 +19,7 @@ class TeachConfig:
     """A teacher's action distribution distilled into the student (LLM4Teach's kickstarting).
 
     The student's loss is PPO's plus `coef_k * CE(pi_teacher, pi_student)` on the states it
-    visits. `coef_k = max(coef_start - coef_decay * k, coef_floor)` at update k (1, 2, ...), and
+    visits. `coef_k = max(coef_start - coef_decay * (k - 1), coef_floor)` at update k (1, 2, ...);
     0 from update `off_after` + 1 on: from then the teacher is not consulted at all. The authors'
     values are 10, 0.005 per update, 0.1 and 3000 updates (../shared/REFERENCE.md); presets scale
     the schedule to their shorter runs.

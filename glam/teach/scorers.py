@@ -27,9 +27,14 @@ class SubgoalScorer(ABC):
 
 class LocalScorer(SubgoalScorer):
     """A causal or encoder-decoder model in this process, scored by `glam.scoring` (one
-    forward pass per batch of prompts, every candidate attending to its prompt)."""
+    forward pass per batch of prompts, every candidate attending to its prompt).
 
-    def __init__(self, model: torch.nn.Module, tokenizer: object, *, batch_size: int = 8) -> None:
+    One prompt per forward by default: on 2 CPU cores, SmolLM2-135M scored the teacher's
+    situations (44-token prompts, 6.6 candidates) in 0.17 s each one by one, 0.27 s each in
+    batches of 8 (padding costs more than batching saves on a CPU).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: object, *, batch_size: int = 1) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -51,7 +56,7 @@ class LocalScorer(SubgoalScorer):
         return scores
 
     @classmethod
-    def load(cls, spec: str, *, batch_size: int = 8) -> LocalScorer:
+    def load(cls, spec: str, *, batch_size: int = 1) -> LocalScorer:
         """The model `spec` names (embedded name, local folder, .gguf file or hub id), fp32."""
         from glam.models.loading import load_model
 

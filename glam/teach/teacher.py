@@ -41,14 +41,14 @@ def situation_prompt(mission: str, candidates: Sequence[str], carrying: str | No
     """The abstracted situation the language model reads, ending where a subgoal follows.
 
     The objects in view are those the candidates go to ("go to the red ball" -> "a red ball").
+    The candidates themselves are not listed: every token of the prompt costs a forward pass
+    per distinct situation, and the subgoals are scored as continuations anyway.
     """
     seen = [c.removeprefix("go to the ") for c in candidates if c.startswith("go to the ")]
     return (
-        "An agent acts in a grid world.\n"
-        f"Goal of the agent: {mission}\n"
-        f"The agent sees: {', '.join(f'a {thing}' for thing in seen) or 'nothing'}\n"
-        f"The agent carries: {f'a {carrying}' if carrying else 'nothing'}\n"
-        f"Possible subgoals: {', '.join(candidates)}\n"
+        f"Goal: {mission}\n"
+        f"You see: {', '.join(f'a {thing}' for thing in seen) or 'nothing'}\n"
+        f"You carry: {f'a {carrying}' if carrying else 'nothing'}\n"
         "Next subgoal:"
     )
 
