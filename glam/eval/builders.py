@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.baselines.loading import load_policy
+from glam.config import TeachConfig
 from glam.eval.agents import (
     Agent,
     BotAgent,
@@ -24,6 +25,7 @@ from glam.eval.agents import (
 )
 from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
+from glam.eval.teacher_agent import TeacherAgent
 from glam.llm.chat import ChatClient
 from glam.llm.config import ClientConfig
 from glam.llm.local import LocalChatClient
@@ -33,6 +35,8 @@ from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_i
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
 from glam.ppo.checkpoint import policy_dir
 from glam.scoring import score_candidates
+from glam.teach.hook import build_teacher
+from glam.teach.scorers import LocalScorer
 
 __all__ = ["agent_label", "build_agent", "resolve_device"]
 
@@ -104,15 +108,9 @@ def build_agent(
 
 
 def _teacher_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
-    from glam.teach.agent import TeacherAgent
-    from glam.teach.config import TeachConfig
-    from glam.teach.hook import build_teacher
-
     teach = TeachConfig(teacher=cfg.teacher, model=cfg.model, temperature=cfg.temperature or 1.0)
     scorer = None
     if cfg.teacher == "llm":  # one model for every action space the suites use
-        from glam.teach.scorers import LocalScorer
-
         scorer = LocalScorer.load(cfg.model)
 
     def factory(minigrid_actions: tuple[int, ...]):

@@ -1,13 +1,17 @@
-"""The HTTP chat client: any OpenAI-compatible server answers (vLLM, llama.cpp, our own).
+"""HTTP clients of OpenAI-compatible servers (vLLM, llama.cpp, `scripts/serve_openai.py`).
 
-Each conversation is one `POST {base_url}/chat/completions` with `model`, `messages`,
-`max_tokens`, `temperature` (unless None) and `seed`; a batch is sent concurrently, one thread
-per conversation, so a server that batches (vLLM) sees them together. A request that fails with
-a connection error, a time-out, HTTP 429 or 5xx is tried again after `delay * 2**(k-1)` seconds
-(k = 1, 2...), at most `max_retries` times; any other HTTP error (a bad request, an unknown
-model) fails at once with the server's message. Every wait is bounded: a server that accepts the
-connection and never answers costs `timeout` seconds per try, so a request gives up after at most
-`(1 + max_retries) * timeout` seconds plus the back-off.
+`OpenAIEndpoint` is the connection every client shares: the model to ask (`model_id`, else the
+first the server lists at `/v1/models`), the API key, time-outs and retries. A request that
+fails with a connection error, a time-out, HTTP 408, 429 or 5xx is tried again after
+`delay * 2**(k-1)` seconds (k = 1, 2...), at most `max_retries` times; any other HTTP error (a
+bad request, an unknown model) fails at once with the server's message. Every wait is bounded: a
+server that accepts the connection and never answers costs `timeout` seconds per try, so a
+request gives up after at most `(1 + max_retries) * timeout` seconds plus the back-off.
+
+`OpenAIChatClient` writes answers: each conversation is one `POST {base_url}/chat/completions`
+with `model`, `messages`, `max_tokens`, `temperature` (unless None) and `seed`; a batch is sent
+concurrently, one thread per conversation, so a server that batches (vLLM) sees them together.
+(`glam.teach.scorers.OpenAIScorer` scores texts through the same endpoint.)
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import requests
 from glam.llm.chat import ChatClient, ChatClientError, Completion, Message
 from glam.llm.config import ClientConfig
 
-__all__ = ["OpenAIChatClient"]
+__all__ = ["OpenAIChatClient", "OpenAIEndpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,48 +43,171 @@ class _Retryable(Exception):
     """A failure that another try may not meet (connection, time-out, busy server)."""
 
 
-class OpenAIChatClient(ChatClient):
-    """An OpenAI-compatible `/v1/chat/completions` endpoint, with time-outs and retries."""
+class OpenAIEndpoint:
+    """One OpenAI-compatible server: its model, the key, time-outs and retries."""
 
-    def __init__(self, cfg: ClientConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Connect to `cfg.base_url` and find the model to ask (`cfg.model_id`, else the first
-        one the server lists).
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model_id: str = "",
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        delay: float = 2.0,
+        api_key_env: str = "",
+        setting: str = "client",
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Connect to `base_url` and find the model to ask (`model_id`, else the first one the
+        server lists).
 
         Args:
-            cfg: endpoint, model, sampling, time-out and retry settings.
+            base_url: the API's address, up to and including `/v1`.
+            model_id: the model named in each request; empty: the first the server lists.
+            timeout: seconds to wait for the connection and for each read of an answer.
+            max_retries: tries after a failed one (connection, time-out, 408, 429, 5xx).
+            delay: back-off before retry k is `delay * 2**(k-1)` seconds.
+            api_key_env: environment variable holding a bearer key; empty: no key.
+            setting: the config section named in messages (`client`, `teach`).
             sleep: how to wait between tries (tests pass a recorder).
 
         Raises:
             ChatClientError: the endpoint cannot be reached, or does not answer `/v1/models`
                 as an OpenAI-compatible server does, after the retries.
         """
-        self.cfg = cfg
-        self.base_url = cfg.base_url.rstrip("/")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.delay = delay
+        self.setting = setting
         self._sleep = sleep
         self._session = requests.Session()
-        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-        if cfg.api_key_env and not key:
+        key = os.environ.get(api_key_env, "") if api_key_env else ""
+        if api_key_env and not key:
             raise ChatClientError(
-                f"client.api_key_env={cfg.api_key_env!r}: no such environment variable is set"
+                f"{setting}.api_key_env={api_key_env!r}: no such environment variable is set"
             )
         if key:
             self._session.headers["Authorization"] = f"Bearer {key}"
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
         try:
             self.served_models = self._list_models()
             """Model ids the server lists at `/v1/models`."""
-            self.model_id = cfg.model_id or self._only_model()
+            self.model_id = model_id or self._only_model()
         except ChatClientError:
             self._session.close()
             raise
-        if cfg.model_id and self.served_models and cfg.model_id not in self.served_models:
+        if model_id and self.served_models and model_id not in self.served_models:
             logger.warning(
-                "client.model_id=%r is not among the models %s lists (%s); asking for it anyway",
-                cfg.model_id,
+                "%s.model_id=%r is not among the models %s lists (%s); asking for it anyway",
+                setting,
+                model_id,
                 self.base_url,
                 ", ".join(self.served_models),
             )
+
+    def post(self, path: str, payload: dict[str, Any]) -> Any:
+        """The JSON answer to `POST {base_url}{path}`, with retries.
+
+        Raises:
+            ChatClientError: a refusal (HTTP 4xx other than 408 and 429), or retries exhausted.
+        """
+        return self._with_retries(f"POST {path}", lambda: self._request("POST", path, payload))
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _list_models(self) -> list[str]:
+        body = self._with_retries("GET /models", lambda: self._request("GET", "/models", None))
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise ChatClientError(
+                f"{self.base_url}/models did not list models as an OpenAI-compatible server "
+                f"does (no `data` list): check {self.setting}.base_url (it ends with /v1)"
+            )
+        return [str(item.get("id")) for item in data if isinstance(item, dict) and "id" in item]
+
+    def _only_model(self) -> str:
+        if not self.served_models:
+            raise ChatClientError(
+                f"{self.base_url}/models lists no model: set {self.setting}.model_id to the "
+                "model to ask"
+            )
+        return self.served_models[0]
+
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
+        url = self.base_url + path
+        try:
+            response = self._session.request(
+                method, url, json=payload, timeout=(self.timeout, self.timeout)
+            )
+        except requests.Timeout as error:
+            raise _Retryable(f"no answer within {self.timeout:g} s") from error
+        except requests.ConnectionError as error:
+            raise _Retryable(f"cannot connect ({_reason(error)})") from error
+        if response.status_code in _RETRIED_STATUS:
+            raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
+        if response.status_code >= 400:
+            raise ChatClientError(
+                f"{method} {url} failed with HTTP {response.status_code}: "
+                f"{_server_message(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError as error:
+            raise ChatClientError(f"{method} {url} answered with no JSON body") from error
+
+    def _with_retries(self, what: str, attempt: Callable[[], Result]) -> Result:
+        """`attempt()`, tried again after a back-off while it fails in a retryable way."""
+        tries = 1 + self.max_retries
+        for k in range(1, tries + 1):
+            try:
+                return attempt()
+            except _Retryable as error:
+                if k == tries:
+                    s = self.setting
+                    raise ChatClientError(
+                        f"{what} at {self.base_url} failed {tries} time(s), last: {error}. Is the "
+                        f"server running at {s}.base_url (scripts/serve_openai.py, vLLM, "
+                        f"llama.cpp)? Raise {s}.timeout or {s}.max_retries for a slow one."
+                    ) from error
+                wait = self.delay * 2 ** (k - 1)
+                logger.warning(
+                    "%s at %s: %s; retry %d/%d in %g s",
+                    what,
+                    self.base_url,
+                    error,
+                    k,
+                    self.max_retries,
+                    wait,
+                )
+                self._sleep(wait)
+        raise AssertionError("unreachable")
+
+
+class OpenAIChatClient(ChatClient):
+    """An OpenAI-compatible `/v1/chat/completions` endpoint, with time-outs and retries."""
+
+    def __init__(self, cfg: ClientConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Connect to `cfg.base_url` and find the model to ask (see `OpenAIEndpoint`).
+
+        Raises:
+            ChatClientError: the endpoint cannot be reached or is not OpenAI-compatible.
+        """
+        self.cfg = cfg
+        self.endpoint = OpenAIEndpoint(
+            cfg.base_url,
+            model_id=cfg.model_id,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            delay=cfg.delay,
+            api_key_env=cfg.api_key_env,
+            sleep=sleep,
+        )
+        self.base_url = self.endpoint.base_url
+        self.served_models = self.endpoint.served_models
+        self.model_id = self.endpoint.model_id
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
     # ---- the interface ------------------------------------------------------------------------
 
@@ -103,7 +230,7 @@ class OpenAIChatClient(ChatClient):
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
-        self._session.close()
+        self.endpoint.close()
 
     # ---- one request --------------------------------------------------------------------------
 
@@ -117,9 +244,7 @@ class OpenAIChatClient(ChatClient):
             payload["temperature"] = self.cfg.temperature
         if seed is not None:
             payload["seed"] = int(seed)
-        body = self._with_retries(
-            "POST /chat/completions", lambda: self._request("POST", "/chat/completions", payload)
-        )
+        body = self.endpoint.post("/chat/completions", payload)
         try:
             choice = body["choices"][0]
             text = choice["message"].get("content") or ""
@@ -135,71 +260,6 @@ class OpenAIChatClient(ChatClient):
                 f"{self.base_url}/chat/completions answered without choices[0].message "
                 f"({error!r}): is it an OpenAI-compatible server?"
             ) from error
-
-    def _list_models(self) -> list[str]:
-        body = self._with_retries("GET /models", lambda: self._request("GET", "/models", None))
-        data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
-            raise ChatClientError(
-                f"{self.base_url}/models did not list models as an OpenAI-compatible server "
-                "does (no `data` list): check client.base_url (it ends with /v1)"
-            )
-        return [str(item.get("id")) for item in data if isinstance(item, dict) and "id" in item]
-
-    def _only_model(self) -> str:
-        if not self.served_models:
-            raise ChatClientError(
-                f"{self.base_url}/models lists no model: set client.model_id to the model to ask"
-            )
-        return self.served_models[0]
-
-    def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
-        url = self.base_url + path
-        try:
-            response = self._session.request(
-                method, url, json=payload, timeout=(self.cfg.timeout, self.cfg.timeout)
-            )
-        except requests.Timeout as error:
-            raise _Retryable(f"no answer within {self.cfg.timeout:g} s") from error
-        except requests.ConnectionError as error:
-            raise _Retryable(f"cannot connect ({_reason(error)})") from error
-        if response.status_code in _RETRIED_STATUS:
-            raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
-        if response.status_code >= 400:
-            raise ChatClientError(
-                f"{method} {url} failed with HTTP {response.status_code}: "
-                f"{_server_message(response)}"
-            )
-        try:
-            return response.json()
-        except ValueError as error:
-            raise ChatClientError(f"{method} {url} answered with no JSON body") from error
-
-    def _with_retries(self, what: str, attempt: Callable[[], Result]) -> Result:
-        """`attempt()`, tried again after a back-off while it fails in a retryable way."""
-        tries = 1 + self.cfg.max_retries
-        for k in range(1, tries + 1):
-            try:
-                return attempt()
-            except _Retryable as error:
-                if k == tries:
-                    raise ChatClientError(
-                        f"{what} at {self.base_url} failed {tries} time(s), last: {error}. Is the "
-                        "server running at client.base_url (scripts/serve_openai.py, vLLM, "
-                        "llama.cpp)? Raise client.timeout or client.max_retries for a slow one."
-                    ) from error
-                wait = self.cfg.delay * 2 ** (k - 1)
-                logger.warning(
-                    "%s at %s: %s; retry %d/%d in %g s",
-                    what,
-                    self.base_url,
-                    error,
-                    k,
-                    self.cfg.max_retries,
-                    wait,
-                )
-                self._sleep(wait)
-        raise AssertionError("unreachable")
 
 
 def _reason(error: requests.ConnectionError) -> str:

@@ -5,6 +5,14 @@ It serves `GET /v1/models` and `POST /v1/chat/completions` (no streaming, one ch
 answered under its own `seed` exactly as the in-process client answers it with `batch_size=1`,
 so a run through the server can be checked against an in-process one answer for answer.
 
+`POST /v1/completions` scores texts, as vLLM does with `echo=true, max_tokens=0, logprobs=k`:
+each prompt comes back with `logprobs.tokens`, `token_logprobs` (the first is null: nothing
+predicts it), `text_offset` (each token's first character in the prompt) and `top_logprobs` (the
+k most probable tokens at each position, and the actual one). This is how a remote teacher
+scores candidate subgoals (`glam.teach.scorers.OpenAIScorer`). It only scores: a request that
+asks it to generate (`max_tokens` > 0, or `echo` not true) is refused, and so is a model that is
+not a causal language model.
+
 It exists so that the HTTP path (`glam.llm.remote`) is tested against a real server on every
 machine: llama.cpp's server (`llama-cpp-python`) has no prebuilt wheel for this platform and
 takes many minutes to compile, and vLLM needs a GPU. For throughput, serve with vLLM.
@@ -23,8 +31,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+import torch
+
 from glam.llm.chat import ChatClientError, Message
 from glam.llm.local import LocalChatClient
+from glam.scoring import model_kind
 
 __all__ = ["ChatServer", "RequestError"]
 
@@ -165,6 +176,87 @@ class ChatServer:
             },
         }
 
+    def completion(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer to one `/v1/completions` request body: the prompts' token log-probabilities.
+
+        Raises:
+            RequestError: a request this server cannot answer as asked.
+        """
+        model = request.get("model")
+        if model not in (None, "", self.client.model_id):
+            raise RequestError(
+                f"model {model!r} is not served here; /v1/models lists {self.client.model_id!r}",
+                HTTPStatus.NOT_FOUND,
+            )
+        max_tokens = request.get("max_tokens", 16)  # OpenAI's default
+        if max_tokens not in (0, None) or request.get("echo") is not True:
+            raise RequestError(
+                "this server's /v1/completions only scores prompts: send echo=true and "
+                "max_tokens=0 (to generate, use /v1/chat/completions)"
+            )
+        top = request.get("logprobs")
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
+            raise RequestError(f"logprobs must be an integer in [0, 20], got {top!r}")
+        prompts = request.get("prompt")
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        if (
+            not isinstance(prompts, list)
+            or not prompts
+            or not all(isinstance(p, str) and p for p in prompts)
+        ):
+            raise RequestError("prompt must be a non-empty text or a list of non-empty texts")
+        if model_kind(self.client.model) != "causal":
+            raise RequestError(
+                f"{self.client.model_id!r} is not a causal language model: echoed prompt "
+                "log-probabilities need one"
+            )
+        with self._generating:
+            choices = [
+                {
+                    "index": i,
+                    "text": prompt,
+                    "logprobs": _prompt_logprobs(self.client, prompt, top),
+                    "finish_reason": "length",
+                }
+                for i, prompt in enumerate(prompts)
+            ]
+        tokens = sum(len(choice["logprobs"]["tokens"]) for choice in choices)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.client.model_id,
+            "choices": choices,
+            "usage": {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens},
+        }
+
+
+@torch.no_grad()
+def _prompt_logprobs(client: LocalChatClient, prompt: str, top: int) -> dict[str, Any]:
+    """OpenAI's `logprobs` object of `prompt` echoed: each token's log-probability given the
+    ones before it (the tokenizer's special tokens included, as the scorer counts them)."""
+    encoded = client.tokenizer(prompt, return_offsets_mapping=True)
+    ids = torch.tensor([encoded["input_ids"]])
+    logits = client.model(input_ids=ids).logits[0].float()
+    logprobs = torch.log_softmax(logits[:-1], dim=-1)  # row t predicts token t + 1
+    chosen = logprobs.gather(1, ids[0, 1:, None])[:, 0]
+    tokens = [client.tokenizer.decode([i]) for i in encoded["input_ids"]]
+    text_offset = [start for start, _ in encoded["offset_mapping"]]
+    best = logprobs.topk(top, dim=-1) if top else None
+    top_logprobs: list[dict[str, float] | None] = [None]
+    for t in range(len(tokens) - 1):
+        entry = {tokens[t + 1]: float(chosen[t])}
+        if best is not None:
+            names = [client.tokenizer.decode([i]) for i in best.indices[t].tolist()]
+            entry.update(zip(names, best.values[t].tolist(), strict=True))
+        top_logprobs.append(entry)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [None, *chosen.tolist()],
+        "text_offset": text_offset,
+        "top_logprobs": top_logprobs,
+    }
+
 
 def _messages(raw: Any) -> list[Message]:
     """The request's messages, each content as one string (text parts joined by newlines).
@@ -205,11 +297,16 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self._error(HTTPStatus.NOT_FOUND, f"no route GET {self.path}")
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            routes = {
+                "/v1/chat/completions": server.chat_completion,
+                "/v1/completions": server.completion,
+            }
+            route = routes.get(self.path.rstrip("/"))
+            if route is None:
                 self._error(HTTPStatus.NOT_FOUND, f"no route POST {self.path}")
                 return
             try:
-                self._reply(HTTPStatus.OK, server.chat_completion(self._json_body()))
+                self._reply(HTTPStatus.OK, route(self._json_body()))
             except RequestError as error:
                 self._error(error.status, str(error))
             except Exception as error:  # a failure of the model: say so, keep serving

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from glam.config import TeachConfig
 from glam.ppo.hooks import TrainerHook
-from glam.teach.config import TeachConfig
-from glam.teach.scorers import SubgoalScorer
+from glam.teach.scorers import LocalScorer, OpenAIScorer, SubgoalScorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher, Teacher
 
 if TYPE_CHECKING:
@@ -46,11 +46,7 @@ def build_teacher(
     if cfg.teacher == "uniform":
         return SubgoalTeacher(minigrid_actions, None)
     if cfg.teacher == "llm" and scorer is None:
-        from glam.teach.scorers import LocalScorer
-
         if cfg.backend == "openai":
-            from glam.teach.scorers import OpenAIScorer
-
             scorer = OpenAIScorer(
                 cfg.base_url, cfg.model_id, timeout=cfg.timeout, max_retries=cfg.max_retries
             )
