@@ -199,10 +199,13 @@ def test_the_cache_answers_repeated_situations_without_the_model() -> None:
     assert torch.equal(again[1], probs[0]) and torch.equal(again[0], probs[1])
     counts = teacher.pop_counts()
     assert (counts.llm_calls, counts.cache_hits) == (0, 2)
+    # The same text with other candidates (a closed door reads as an open one) is asked anew.
+    other = teacher.subgoal_probabilities(["A"], [["x", "y", "open"]])
+    assert scorer.asked[-1] == ["A"] and len(other[0]) == 3
     uncached = SubgoalTeacher([0, 1, 2], scorer, cache=False)
     uncached.subgoal_probabilities(["A"], [["x", "y"]])
     uncached.subgoal_probabilities(["A"], [["x", "y"]])
-    assert scorer.asked[1:] == [["A"], ["A"]]
+    assert scorer.asked[2:] == [["A"], ["A"]]
 
 
 class MissionScorer(SubgoalScorer):

@@ -131,7 +131,7 @@ class SubgoalTeacher(Teacher):
         super().__init__(minigrid_actions)
         self.scorer = scorer
         self.temperature = temperature
-        self.cache: dict[str, torch.Tensor] | None = {} if cache else None
+        self.cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] | None = {} if cache else None
         self._maps: dict[int, SkillMap] = {}
 
     def distributions(
@@ -167,25 +167,32 @@ class SubgoalTeacher(Teacher):
         self, situations: Sequence[str], candidates: Sequence[Sequence[str]]
     ) -> list[torch.Tensor]:
         """Each situation's probabilities over its candidate subgoals (from the cache, or one
-        batched scoring of the situations it lacks)."""
+        batched scoring of the situations it lacks).
+
+        A situation is its text and its candidates: the same text can come with other
+        candidates (an open and a closed door read alike; only the closed one can be opened).
+        """
         if self.scorer is None:
             return [torch.full((len(c),), 1.0 / len(c)) for c in candidates]
-        answers: dict[str, torch.Tensor] = {}
-        missing: dict[str, Sequence[str]] = {}
-        for situation, subgoals in zip(situations, candidates, strict=True):
-            if self.cache is not None and situation in self.cache:
-                answers[situation] = self.cache[situation]
+        keys = [(s, tuple(c)) for s, c in zip(situations, candidates, strict=True)]
+        answers: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
+        missing: list[tuple[str, tuple[str, ...]]] = []
+        for key in keys:
+            if self.cache is not None and key in self.cache:
+                answers[key] = self.cache[key]
                 self.counts.cache_hits += 1
-            elif situation not in missing:
-                missing[situation] = subgoals
+            elif key not in missing:
+                missing.append(key)
         if missing:
-            scores = self.scorer.log_likelihoods(list(missing), [list(c) for c in missing.values()])
+            scores = self.scorer.log_likelihoods(
+                [situation for situation, _ in missing], [list(c) for _, c in missing]
+            )
             self.counts.llm_calls += len(missing)
-            for situation, score in zip(missing, scores, strict=True):
-                answers[situation] = torch.softmax(score.double() / self.temperature, -1).float()
+            for key, score in zip(missing, scores, strict=True):
+                answers[key] = torch.softmax(score.double() / self.temperature, -1).float()
                 if self.cache is not None:
-                    self.cache[situation] = answers[situation]
-        return [answers[situation] for situation in situations]
+                    self.cache[key] = answers[key]
+        return [answers[key] for key in keys]
 
     def close(self) -> None:
         if self.scorer is not None:
