@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     results, records = [], {}
     for name, teacher in teachers.items():
         start = time.perf_counter()
-        result, records[name] = measure_agreement(teacher, cases, name)
+        result, records[name] = measure_agreement(teacher, cases, name, progress=True)
         results.append(result.as_dict() | {"seconds": round(time.perf_counter() - start, 1)})
         teacher.close()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,17 @@ from accelerate import Accelerator
 from helpers_tiny import one_torch_thread, save_tiny_model, tiny_seq2seq_lm
 
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import TeachConfig, compose_config
+from glam.config import (
+    AdapterConfig,
+    EnvConfig,
+    ModelConfig,
+    PolicyConfig,
+    PPOConfig,
+    TeachConfig,
+    TrainConfig,
+    TrainingRunConfig,
+    compose_config,
+)
 from glam.couplings import coupling_hooks
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
@@ -214,3 +224,26 @@ def test_the_bot_teacher_alone_solves_its_level(tmp_path: Path) -> None:
     )[0]
     assert uniform["label"] == "teacher:uniform"
     assert uniform["suites"]["no_change"]["success_rate"] < 1.0
+
+
+def test_a_language_model_student_learns_from_a_teacher_too(tmp_path: Path) -> None:
+    """The student can be a text policy: the teacher's distribution over the prompt's actions
+    (here the navigation actions) joins the LLM policy's loss the same way."""
+    cfg = TrainingRunConfig(
+        model=ModelConfig(name_or_path="tiny-random-llama", lora=AdapterConfig(enabled=False)),
+        policy=PolicyConfig(value_hidden_sizes=[32], value_activation="tanh"),
+        env=EnvConfig(
+            name="BabyAI-GoToRedBallNoDists-v0", num_envs=4, nbr_obs=2, action_space="nav"
+        ),
+        ppo=PPOConfig(frames_per_env=8, minibatch_size=16, epochs=1),
+        train=TrainConfig(total_frames=64, progress_bar=False, output_dir=str(tmp_path)),
+        teach=TeachConfig(teacher="bot", off_after=1),
+    )
+    train(cfg, Accelerator(cpu=True), tmp_path, hooks=coupling_hooks(cfg))
+    first, second = ({k: float(v) for k, v in row.items() if v} for row in _metrics(tmp_path))
+    assert first["teach/coef"] == 10.0 and second["teach/coef"] == 0.0
+    assert first["teach/states"] == 32 and first["teach/advice_fraction"] > 0.9
+    # A random tiny model is far from the bot: the cross-entropy is that of a near-uniform
+    # student over three actions against a sure teacher, about log 3.
+    assert 0.5 < first["teach/ce"] < 3.0
+    assert second["teach/states"] == 0

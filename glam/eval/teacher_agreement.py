@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from minigrid.core.actions import Actions
 from minigrid.utils.baby_ai_bot import BabyAIBot
+from tqdm import tqdm
 
 from glam.eval.stats import wilson_interval
 from glam.skills import SkillMap, candidate_subgoals, expert_subgoal
@@ -137,12 +138,18 @@ class TeacherAgreement:
 
 
 def measure_agreement(
-    teacher: SubgoalTeacher, cases: list[Situation], name: str
+    teacher: SubgoalTeacher, cases: list[Situation], name: str, *, progress: bool = False
 ) -> tuple[TeacherAgreement, list[dict[str, Any]]]:
-    """The teacher's agreement with the bot on the situations, and one record per situation."""
-    probabilities = teacher.subgoal_probabilities(
-        [case.prompt for case in cases], [case.candidates for case in cases]
-    )
+    """The teacher's agreement with the bot on the situations, and one record per situation
+    (`progress`: a progress bar over the situations scored)."""
+    probabilities: list[torch.Tensor] = []
+    with tqdm(total=len(cases), desc=name, unit="situation", disable=not progress) as bar:
+        for start in range(0, len(cases), 10):
+            chunk = cases[start : start + 10]
+            probabilities += teacher.subgoal_probabilities(
+                [case.prompt for case in chunk], [case.candidates for case in chunk]
+            )
+            bar.update(len(chunk))
     rng = np.random.default_rng(0)  # ties (the uniform teacher's) are broken at random
     records = []
     covered = subgoal_hits = action_hits = 0
