@@ -10,7 +10,7 @@ with the next seeds instead of replaying the first ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,19 +33,33 @@ class TextVectorEnv:
       of a truncated episode).
     """
 
-    def __init__(self, level_id: str, num_envs: int, *, seed: int, **make_kwargs: Any) -> None:
+    def __init__(
+        self,
+        level_id: str,
+        num_envs: int,
+        *,
+        seed: int,
+        wrapper: Callable[[TextEnv], Any] | None = None,
+        **make_kwargs: Any,
+    ) -> None:
         """
         Args:
             level_id: any BabyAI level id, see :func:`babyai_text.make`.
             num_envs: number of envs.
             seed: base seed of the schedule (see the module docstring).
+            wrapper: applied to every env once made; what it returns is stepped instead. It
+                keeps :class:`TextEnv`'s interface (``action_words``, ``reset(seed=)``,
+                ``step``, ``info["success"]`` and ``info["task_type"]``) and may change the
+                actions, the rewards or the observations (a coupling's env, e.g. LLM4RL's
+                mediator).
             **make_kwargs: passed to :func:`babyai_text.make` for every env.
         """
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         self.num_envs = num_envs
         self.seed = int(seed)
-        self.envs: list[TextEnv] = [make(level_id, **make_kwargs) for _ in range(num_envs)]
+        envs = [make(level_id, **make_kwargs) for _ in range(num_envs)]
+        self.envs: list[TextEnv] = [wrapper(env) for env in envs] if wrapper else envs
         self.action_words: tuple[str, ...] = self.envs[0].action_words
         self.episodes_started = [0] * num_envs
         """Number of episodes each env has started; the next one uses the next seed."""

@@ -7,6 +7,8 @@ planner) plug in here; with no hook the loop is exactly the plain PPO loop.
 
 The points, in the order of one update:
 
+- `wrap_env`: once per local env, when the envs are built (before `start`): the env the policy
+  plays instead (another action set, rewards, observations: LLM4RL's mediator);
 - `start`: once, before the first rollout (keep what you need: the runner, the accelerator);
 - `observe`: at each rollout step, before the policy acts: tensors to store with the step's
   transitions (the teacher's action distribution...), read back as `batch.extras[name]`;
@@ -18,7 +20,7 @@ The points, in the order of one update:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +34,15 @@ if TYPE_CHECKING:
 
 class TrainerHook:
     """Base class of the hooks: every method does nothing."""
+
+    def wrap_env(self, env: Any) -> Any:
+        """Called once per local env (a `babyai_text.TextEnv`, or what an earlier hook made of
+        it) when the run's envs are built, before `start`; returns the env to step instead. A
+        wrapper keeps `TextEnv`'s interface (`action_words`, `reset(seed=)`, `step`,
+        `info["success"]`, `info["task_type"]`, `info["descriptions"]`); when it changes the
+        action words, the run's policy must be built over the new ones (its factory), or the
+        run stops at start-up. The default returns `env` itself: the run is unchanged."""
+        return env
 
     def start(self, training: Training) -> None:
         """Called once, after everything is built (and a checkpoint restored), before the

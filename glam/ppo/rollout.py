@@ -8,6 +8,7 @@ histories in step with same-step auto-reset, and reports the episodes that ended
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,7 @@ class EnvRunner:
         seed: int,
         tokenizer: Any = None,
         observation_kind: str = "text",
+        wrap_env: Callable[[Any], Any] | None = None,
     ) -> None:
         """
         Args:
@@ -85,6 +87,8 @@ class EnvRunner:
             tokenizer: the model's tokenizer, for the `chat` prompt format.
             observation_kind: what `observations()` returns: `text` (prompts and candidates)
                 or `grid` (minigrid's symbolic view and the mission).
+            wrap_env: applied to every env once made (`babyai_text.TextVectorEnv`'s
+                `wrapper`): a coupling's env with other actions, rewards or observations.
         """
         if observation_kind not in ("text", "grid"):
             raise ValueError(f"observation_kind={observation_kind!r} is not 'text' or 'grid'")
@@ -95,6 +99,7 @@ class EnvRunner:
             seed=seed,
             action_space=resolve_action_space(env_cfg.action_space),
             language=env_cfg.language,
+            wrapper=wrap_env,
         )
         self.num_envs = num_envs
         self.language = env_cfg.language

@@ -17,7 +17,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -167,7 +169,7 @@ def train(
     stop = StopSignal() if stop is None else stop
     t = None
     try:
-        t = build_training(cfg, accelerator, run_dir, make_policy)
+        t = build_training(cfg, accelerator, run_dir, make_policy, hooks)
         checkpoint = t.resumed_from
         start_time = time.perf_counter() - t.state.elapsed_seconds
         t.runner.reset()
@@ -517,9 +519,11 @@ def build_training(
     accelerator: Accelerator,
     run_dir: Path,
     make_policy: PolicyFactory | None = None,
+    hooks: Sequence[TrainerHook] = (),
 ) -> Training:
     """Check the layout and the run folder, pick and check the checkpoint to resume (before any
-    model is loaded), build envs, policy, optimizer and logs, and restore the checkpoint."""
+    model is loaded), build envs (each as the `hooks` wrap it), policy, optimizer and logs, and
+    restore the checkpoint."""
     world, rank = accelerator.num_processes, accelerator.process_index
     if make_policy is None:
         if cfg.policy.kind != "llm":
@@ -551,6 +555,7 @@ def build_training(
             seed=env_seed(cfg.train.seed, rank),
             tokenizer=getattr(policy, "tokenizer", None),
             observation_kind=getattr(policy, "observation_kind", "text"),
+            wrap_env=partial(wrap_env, hooks) if hooks else None,
         )
     except ValueError as error:  # unknown level, action space or language
         raise SetupError(str(error)) from None
@@ -630,6 +635,13 @@ def build_training(
         num_updates=num_updates,
         saved=None if resume_from is None else (state.update, resume_from),
     )
+
+
+def wrap_env(hooks: Sequence[TrainerHook], env: Any) -> Any:
+    """`env` as the hooks wrap it, in their order (`TrainerHook.wrap_env`)."""
+    for hook in hooks:
+        env = hook.wrap_env(env)
+    return env
 
 
 PolicyFactory = Callable[[TrainingRunConfig, "Path | None"], torch.nn.Module]
