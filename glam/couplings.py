@@ -1,10 +1,12 @@
-"""The trainer hooks a training run's config asks for: the one place that knows the couplings'
-names (the trainer does not; the training scripts ask here)."""
+"""The trainer hooks and policy factory a training run's config asks for: the one place that
+knows the couplings' names (the trainer does not; the training scripts ask here)."""
 
 from __future__ import annotations
 
+from glam.ask.hook import AskHook, build_mediator_policy
 from glam.config import TrainingRunConfig
 from glam.ppo.hooks import TrainerHook
+from glam.ppo.trainer import PolicyFactory
 from glam.probe import ProbeHook
 from glam.teach.hook import TeachHook
 
@@ -16,4 +18,14 @@ def coupling_hooks(cfg: TrainingRunConfig) -> list[TrainerHook]:
         hooks.append(ProbeHook())
     if cfg.teach.teacher != "none":
         hooks.append(TeachHook(cfg.teach))
+    if cfg.ask.mode != "none":
+        hooks.append(AskHook(cfg.ask))
     return hooks
+
+
+def coupling_policy_factory(cfg: TrainingRunConfig, default: PolicyFactory) -> PolicyFactory:
+    """The run's policy factory: a coupling that changes the env's actions builds its policy
+    over them (LLM4RL's mediator over ask / continue); otherwise `default`."""
+    if cfg.ask.mode != "none":
+        return build_mediator_policy
+    return default

@@ -4,6 +4,8 @@
     python scripts/train_baseline.py --config-name drrn train.output_dir=runs/drrn
     # BabyAI's symbolic actor-critic, trained by PPO on the grid
     python scripts/train_baseline.py --config-name symbolic_ppo train.output_dir=runs/symbolic
+    # LLM4RL: a mediator learns when to ask the LLM planner for a subgoal (glam.ask)
+    python scripts/train_baseline.py --config-name ask_symbolic train.output_dir=runs/ask
     # one GPU
     accelerate launch --num_processes 1 scripts/train_baseline.py --config-name drrn \
         train.output_dir=runs/drrn_gpu
@@ -59,10 +61,11 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         from glam.baselines.drrn_trainer import train_drrn as trainer
     else:
         from glam.baselines.symbolic import build_symbolic_policy
-        from glam.couplings import coupling_hooks
+        from glam.couplings import coupling_hooks, coupling_policy_factory
         from glam.ppo.trainer import train
 
-        trainer = partial(train, make_policy=build_symbolic_policy, hooks=coupling_hooks(cfg))
+        make_policy = coupling_policy_factory(cfg, build_symbolic_policy)
+        trainer = partial(train, make_policy=make_policy, hooks=coupling_hooks(cfg))
     return run_training(cfg, trainer, config_name=config_name)
 
 

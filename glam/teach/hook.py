@@ -18,7 +18,7 @@ import torch
 
 from glam.config import TeachConfig
 from glam.ppo.hooks import TrainerHook
-from glam.teach.scorers import LocalScorer, OpenAIScorer, SubgoalScorer
+from glam.teach.scorers import SubgoalScorer, build_scorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher, Teacher
 
 if TYPE_CHECKING:
@@ -46,12 +46,7 @@ def build_teacher(
     if cfg.teacher == "uniform":
         return SubgoalTeacher(minigrid_actions, None)
     if cfg.teacher == "llm" and scorer is None:
-        if cfg.backend == "openai":
-            scorer = OpenAIScorer(
-                cfg.base_url, cfg.model_id, timeout=cfg.timeout, max_retries=cfg.max_retries
-            )
-        else:
-            scorer = LocalScorer.load(cfg.model)
+        scorer = build_scorer(cfg, "teach")
     if cfg.teacher == "llm":
         return SubgoalTeacher(
             minigrid_actions, scorer, temperature=cfg.temperature, cache=cfg.cache

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 
 import torch
 
+from glam.config import AskConfig, TeachConfig
 from glam.llm.chat import ChatClientError
 from glam.llm.remote import OpenAIEndpoint
 from glam.models.loading import load_model
 from glam.scoring import score_actions
 
-__all__ = ["LocalScorer", "OpenAIScorer", "SubgoalScorer"]
+__all__ = ["LocalScorer", "OpenAIScorer", "SubgoalScorer", "build_scorer"]
 
 
 class SubgoalScorer(ABC):
@@ -85,8 +86,9 @@ class OpenAIScorer(SubgoalScorer):
         timeout: float = 60.0,
         max_retries: int = 4,
         delay: float = 2.0,
+        setting: str = "teach",
     ) -> None:
-        """Connect (see `glam.llm.remote.OpenAIEndpoint`; errors name the `teach.*` keys).
+        """Connect (see `glam.llm.remote.OpenAIEndpoint`; errors name the `<setting>.*` keys).
 
         Raises:
             ChatClientError: the server cannot be reached or is not OpenAI-compatible.
@@ -97,7 +99,7 @@ class OpenAIScorer(SubgoalScorer):
             timeout=timeout,
             max_retries=max_retries,
             delay=delay,
-            setting="teach",
+            setting=setting,
         )
 
     def log_likelihoods(
@@ -134,6 +136,20 @@ class OpenAIScorer(SubgoalScorer):
 
     def close(self) -> None:
         self.endpoint.close()
+
+
+def build_scorer(cfg: TeachConfig | AskConfig, setting: str) -> SubgoalScorer:
+    """The scorer a config section names: `cfg.backend` `local` loads `cfg.model` in this
+    process, `openai` connects to `cfg.base_url` (errors name the `<setting>.*` keys)."""
+    if cfg.backend == "openai":
+        return OpenAIScorer(
+            cfg.base_url,
+            cfg.model_id,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            setting=setting,
+        )
+    return LocalScorer.load(cfg.model)
 
 
 def _choices(body: object, count: int) -> list[dict]:
