@@ -578,8 +578,7 @@ class AskConfig:
         _check_choice("ask.backend", self.backend, ("local", "openai"))
         if self.cost < 0 or self.repeat_cost < 0:
             raise ValueError(
-                f"ask.cost and ask.repeat_cost must be >= 0, got {self.cost} and "
-                f"{self.repeat_cost}"
+                f"ask.cost and ask.repeat_cost must be >= 0, got {self.cost} and {self.repeat_cost}"
             )
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"ask.probability must be in [0, 1], got {self.probability}")
