@@ -26,7 +26,9 @@ What the policy reads. With `ask.show_subgoal` the mission becomes "<mission> | 
 <current subgoal>". The symbolic network has no memory: from the view alone it cannot tell
 "exploring, and the door just came into view" (asking pays) from "already going to the door"
 (asking repeats the subgoal and costs 0.11). LLM4RL's mediator reads the change in observation
-for the same reason. Whether the skill is still running need not be shown: a skill that ends
+for the same reason. In the toy setting of tests/test_ask.py (asking pays only while a skill
+spins with the target in view), the mediator learned to ask there with the subgoal shown, and
+learned never to ask without it (seed 1, 3072 frames). Whether the skill is still running need not be shown: a skill that ends
 forces a query before the policy is asked again.
 
 A subgoal the planner gives whose skill cannot act now (already done, nothing to drop, an action
