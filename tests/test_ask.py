@@ -5,6 +5,7 @@ where asking pays."""
 from __future__ import annotations
 
 import csv
+import socket
 import statistics
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from glam.ask.planner import BotPlanner, LLMPlanner, Planner
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import AskConfig, compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
+from glam.llm.chat import ChatClientError
+from glam.llm.local import LocalChatClient
+from glam.llm.server import ChatServer
+from glam.models.loading import load_model
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import EnvRunner
 from glam.ppo.trainer import train
@@ -244,6 +249,31 @@ def test_a_local_language_model_plans_in_a_mediated_env(tmp_path: Path) -> None:
     assert counts.queries == llm_calls and cache_hits == 0  # every query scored, no cache
     assert counts.forced >= 1 and counts.latency_s > 0
     hook.close()
+
+
+def test_an_openai_planner_answers_as_the_local_one(tmp_path: Path) -> None:
+    folder = save_tiny_model(tmp_path / "tiny")
+    model, tokenizer = load_model(str(folder))
+    local = AskHook(AskConfig(mode="always", model=str(folder)))
+    with ChatServer(LocalChatClient(model, tokenizer, model_id="tiny"), port=0) as served:
+        served.start()
+        config = AskConfig(mode="always", backend="openai", base_url=served.url, max_retries=0)
+        remote = AskHook(config)
+        remote_planner, local_planner = remote.make_planner(), local.make_planner()
+        for seed in range(3):
+            env = babyai_text.make("BabyAI-GoToLocal-v0")
+            env.reset(seed=seed)
+            assert remote_planner.plan(env) == local_planner.plan(env)
+        assert remote_planner.pop_counts().llm_calls == 3
+        remote.close()
+    local.close()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    dead = AskConfig(mode="always", backend="openai", base_url=f"http://127.0.0.1:{port}/v1")
+    dead.max_retries, dead.timeout = 0, 5.0
+    with pytest.raises(ChatClientError, match="ask.base_url"):
+        AskHook(dead).make_planner()
 
 
 # --- In the trainer ----------------------------------------------------------------------------
