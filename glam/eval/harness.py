@@ -176,7 +176,7 @@ def _write(
         "agent": asdict(cfg.agent),
         "eval": asdict(cfg.eval),
         "elapsed_seconds": round(elapsed, 1),
-        "suites": {name: suite_record(run) for name, run in runs.items()},
+        "suites": {name: suite_record(run, agent.suite_figures) for name, run in runs.items()},
     }
     if isinstance(agent, GenerationAgent):
         results["generation"] = agent.usage()
@@ -186,5 +186,7 @@ def _write(
     with paths["episodes"].open("w") as handle:
         for name, run in runs.items():
             for episode in run.episodes:
-                handle.write(json.dumps({"suite": name, **asdict(episode)}) + "\n")
+                record = asdict(episode)
+                record |= record.pop("figures")  # an agent's own, beside the others (most: none)
+                handle.write(json.dumps({"suite": name, **record}) + "\n")
     return results, paths
