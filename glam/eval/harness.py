@@ -19,6 +19,7 @@ from glam.eval.builders import build_agent
 from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
 from glam.eval.generation import GenerationAgent
+from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import SuitePlan, get_suites
 
@@ -180,6 +181,8 @@ def _write(
     }
     if isinstance(agent, GenerationAgent):
         results["generation"] = agent.usage()
+    if isinstance(agent, MediatorAgent):  # the settings it played (a checkpoint: its run's)
+        results["ask"] = asdict(agent.cfg)
     output_dir = Path(cfg.eval.output_dir)
     paths = write_results(output_dir, results)
     paths["episodes"] = output_dir / "episodes.jsonl"

@@ -142,6 +142,21 @@ def _fmt_rate(record: Mapping[str, Any]) -> str:
 
 def _actions_text(results: Mapping[str, Any]) -> str:
     protocol = results["protocol"]
+    ask = results.get("ask")
+    if ask is not None:  # LLM4RL's mediator (`glam.eval.mediator_agent`)
+        who = {
+            "learned": "the mediator's "
+            + ("greedy choices" if results["eval"]["greedy"] else "sampled choices"),
+            "always": "asking at every step",
+            "skill_end": "asking only when a skill ends (forced queries)",
+            "random": f"asking with probability {ask['probability']:g} at each step",
+        }[ask["mode"]]
+        budget = f", at most {ask['budget']} by choice per episode" if ask["budget"] else ""
+        return (
+            f"subgoals of the {ask['planner']} planner carried out by skills, {who}{budget} "
+            f"(ask.mode={ask['mode']}; a query costs {ask['cost']:g} + {ask['repeat_cost']:g} "
+            "f_rep, subtracted from the return)"
+        )
     if protocol == "generation":
         generation, client = results["eval"]["generation"], results["eval"]["client"]
         temperature = client["temperature"]
