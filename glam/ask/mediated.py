@@ -239,10 +239,18 @@ class MediatedEnv(gym.Wrapper):
         action = self._skills.next_action(subgoal)
         return action if action in self._minigrid_actions else None
 
-    def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+    @property
+    def mission(self) -> str:
+        """The mission the policy reads, as in the observations this env returns: with
+        `show_subgoal`, "<mission> | subgoal: <current subgoal>" (a reader of the grid that
+        takes `env.mission`, as the evaluation harness's does, sees what training showed)."""
+        mission = self.env.mission
         if not self.cfg.show_subgoal:
-            return obs
-        return {**obs, "mission": f"{obs['mission']} | subgoal: {self.subgoal or 'none'}"}
+            return mission
+        return f"{mission} | subgoal: {self.subgoal or 'none'}"
+
+    def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {**obs, "mission": self.mission}
 
     def _step_record(self, chosen: bool, forced: int, cost: float) -> dict[str, Any]:
         return {"chosen": chosen, "forced": forced, "subgoal": self.subgoal, "cost": cost}

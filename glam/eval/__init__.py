@@ -2,6 +2,8 @@
 
 - `suites`: the test suites (prompt rewrites and env changes), one table.
 - `agents`: one interface for trained checkpoints, zero-shot models, BC, random and the bot.
+- `teacher_agent`, `mediator_agent`: the couplings' agents (LLM4Teach's teacher alone, LLM4RL's
+  mediator in its mediated envs, with its queries per episode).
 - `generation`: BALROG's protocol, where the model writes its action in BALROG's dialogue.
 - `episodes`: exactly N seeded episodes of a suite, batched over envs.
 - `stats`, `report`: Wilson intervals, BALROG's progression ± standard error,

@@ -19,6 +19,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 from transformers import PreTrainedTokenizerBase
 
 from glam.baselines.symbolic import SymbolicActorCritic
+from glam.eval.stats import EpisodeResult
 from glam.llm.chat import Message
 from glam.policy.observations import GridObservations
 from glam.policy.prompts import PromptHistory
@@ -116,10 +117,31 @@ class Agent(ABC):
     """Observations per prompt the agent was trained with, when known."""
     trained_action_space: str | None = None
     """Action space the agent was trained with, when known."""
+    prompt_format: str | None = None
+    """What the agent reads when its class fixes it: `none` (nothing), `grid` (the grid and
+    the mission, not the prompt); None: the prompt, in its history's format."""
 
     def new_history(self, nbr_obs: int) -> History:
         """A fresh prompt history for a new episode (GLAM's prompt format by default)."""
         return PromptHistory(nbr_obs)
+
+    def wrap_env(self, env: Any) -> Any:
+        """Called once per env of a suite (a `babyai_text.TextEnv`) when it is made; returns the
+        env the agent plays instead (mirrors `glam.ppo.hooks.TrainerHook.wrap_env`: LLM4RL's
+        mediated env). A wrapper keeps `TextEnv`'s interface; its `action_words` are those the
+        agent's decisions index. The default plays `env` itself."""
+        return env
+
+    def episode_figures(self, env: Any) -> dict[str, float]:
+        """Called when an episode of `env` (as `wrap_env` returned it) ends, before the next
+        starts: figures of the agent's own for that episode (namespaced, e.g. `ask/queries`),
+        kept in its `EpisodeResult.figures`. None by default."""
+        return {}
+
+    def suite_figures(self, episodes: Sequence[EpisodeResult]) -> dict[str, float]:
+        """The summary of `episodes`' figures (a suite's, or one task type's), written beside
+        their success rate; None by default."""
+        return {}
 
     @abstractmethod
     def act(self, request: ActRequest) -> list[Decision]:
@@ -149,6 +171,7 @@ class RandomAgent(Agent):
     """Uniformly random actions (the paper's random baseline)."""
 
     name = "random"
+    prompt_format = "none"
 
     def act(self, request: ActRequest) -> list[Decision]:
         n_actions = len(request.action_words)
@@ -163,6 +186,7 @@ class BotAgent(Agent):
     """
 
     name = "bot"
+    prompt_format = "none"
 
     def __init__(self) -> None:
         self._bots: dict[int, Any] = {}
@@ -247,6 +271,8 @@ class SymbolicAgent(Agent):
     """A policy on minigrid's symbolic observation (`SymbolicActorCritic`): it reads each env's
     grid and mission, never the prompt, so a suite that only rewrites the prompt does not
     apply to it (`glam.eval.suites.plan_suite`, prompt format `grid`)."""
+
+    prompt_format = "grid"
 
     def __init__(
         self,

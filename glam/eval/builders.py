@@ -12,8 +12,9 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from glam.ask.mediated import MEDIATOR_ACTIONS
 from glam.baselines.loading import load_policy
-from glam.config import TeachConfig
+from glam.config import AskConfig, TeachConfig
 from glam.eval.agents import (
     Agent,
     BotAgent,
@@ -25,6 +26,7 @@ from glam.eval.agents import (
 )
 from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
+from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.teacher_agent import TeacherAgent
 from glam.llm.chat import ChatClient
 from glam.llm.config import ClientConfig
@@ -32,6 +34,7 @@ from glam.llm.local import LocalChatClient
 from glam.llm.remote import OpenAIChatClient
 from glam.models.loading import DTYPES, load_model
 from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
+from glam.policy.files import CheckpointError
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
 from glam.ppo.checkpoint import policy_dir
 from glam.scoring import score_candidates
@@ -52,6 +55,11 @@ def agent_label(cfg: AgentConfig) -> str:
     """A short name for tables; the seeds of one training run share it (`glam_paper`)."""
     if cfg.kind in ("random", "bot"):
         return cfg.kind
+    if cfg.kind == "mediator":
+        ask = cfg.ask
+        rule = f"random(p={ask.probability:g})" if ask.mode == "random" else ask.mode
+        planner = f"llm:{Path(ask.model).name or ask.model}" if ask.planner == "llm" else "bot"
+        return f"mediator:{rule}:{planner}"
     if cfg.kind == "teacher":
         return f"teacher:{cfg.teacher}" + (f":{cfg.model}" if cfg.teacher == "llm" else "")
     if cfg.kind == "zero_shot":
@@ -92,6 +100,7 @@ def build_agent(
             of an unknown kind, or whose model needs its own code while `agent.trust_remote_code`
             is off.
         ValueError: `agent.dtype` other than float32 for a policy that is not a language model.
+        glam.policy.CheckpointError: a mediator whose run's `ask` settings cannot be found.
         glam.llm.chat.ChatClientError: an `openai` endpoint that cannot be reached.
     """
     if cfg.kind == "random":
@@ -100,6 +109,8 @@ def build_agent(
         return BotAgent()
     if cfg.kind == "teacher":
         return _teacher_agent(cfg, greedy=greedy)
+    if cfg.kind == "mediator":
+        return MediatorAgent(agent_label(cfg), cfg.ask)
     if cfg.kind == "checkpoint":
         return _checkpoint_agent(cfg, greedy=greedy)
     if cfg.protocol == "generation":
@@ -128,10 +139,13 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         raise FileNotFoundError(f"{folder} holds no saved policy (a save_pretrained folder)")
     policy = load_policy(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
+    ask = _run_ask_settings(folder, policy)
     if isinstance(policy, LLMActorCritic):
         agent = _llm_checkpoint_agent(cfg, policy, greedy=greedy)
     else:
         agent = _baseline_checkpoint_agent(cfg, policy, greedy=greedy)
+    if ask is not None:  # LLM4RL's mediator: it plays the envs its run mediated
+        agent = MediatorAgent(agent.name, ask, policy=agent if ask.mode == "learned" else None)
     agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
     return agent
 
@@ -183,6 +197,43 @@ def _baseline_checkpoint_agent(cfg: AgentConfig, policy: torch.nn.Module, *, gre
         return policy(prompts, [list(action_words)] * len(prompts)).logits / temperature
 
     return ScoringAgent(agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size)
+
+
+def _run_ask_settings(policy_folder: Path, policy: torch.nn.Module) -> AskConfig | None:
+    """The `ask` settings of the run that trained a mediator (a policy over `MEDIATOR_ACTIONS`),
+    from its config.yaml beside `policy/`; None for any other policy.
+
+    Raises:
+        CheckpointError: a mediator without its run's `ask` settings (a policy folder copied on
+            its own: evaluate its checkpoint or run folder), or with unreadable ones; a run
+            trained with `ask.mode` other than `none` whose policy is not a mediator.
+    """
+    run_config = policy_folder.parent / "config.yaml"
+    section = OmegaConf.load(run_config).get("ask") if run_config.is_file() else None
+    mediator = list(getattr(policy, "action_words", ())) == list(MEDIATOR_ACTIONS)
+    mode = section.get("mode", "none") if section is not None else "none"
+    if not mediator:
+        if mode != "none":
+            raise CheckpointError(
+                f"{run_config} says ask.mode={mode!r}, but {policy_folder} holds no mediator "
+                f"(its actions are not {list(MEDIATOR_ACTIONS)})"
+            )
+        return None
+    if mode == "none":
+        where = (
+            f"{run_config} says ask.mode=none"
+            if section is not None
+            else (f"{policy_folder} has no config.yaml beside it")
+        )
+        raise CheckpointError(
+            f"{policy_folder} holds a mediator (actions {list(MEDIATOR_ACTIONS)}), which plays "
+            f"in envs built from its run's ask settings, but {where}: give agent.path the run "
+            "or checkpoint folder it was saved in"
+        )
+    try:
+        return AskConfig(**OmegaConf.to_container(section, resolve=True))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{run_config}: unusable ask settings: {error}") from None
 
 
 def _trust_remote_code(cfg: AgentConfig) -> bool:

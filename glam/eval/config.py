@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from glam.config import DEFAULT_MODEL, hydra_schema
+from glam.config import DEFAULT_MODEL, AskConfig, hydra_schema
 from glam.llm.config import ClientConfig
 
 __all__ = [
@@ -16,12 +16,21 @@ __all__ = [
     "AgentConfig",
     "EvalConfig",
     "GenerationConfig",
+    "MEDIATOR_MODES",
     "PostTrainingTestsConfig",
     "RESULT_FILES",
     "ResultsTableConfig",
 ]
 
-AGENT_KINDS: tuple[str, ...] = ("checkpoint", "zero_shot", "bc", "random", "bot", "teacher")
+AGENT_KINDS: tuple[str, ...] = (
+    "checkpoint",
+    "zero_shot",
+    "bc",
+    "random",
+    "bot",
+    "teacher",
+    "mediator",
+)
 """Agents the harness can evaluate."""
 
 RESULT_FILES: tuple[str, ...] = (
@@ -39,6 +48,8 @@ SEED_BASE = 10**12
 (`glam.ppo.rollout.SEEDS_PER_RANK`: `train.seed * 10**8 + rank * 10**6 + ...`, with
 `train.seed < 10**4`), so no evaluation episode is ever a training episode. (The original used
 `1e9 * seed + i`, which its training seeds `100 * seed + i` could reach.)"""
+MEDIATOR_MODES: tuple[str, ...] = ("always", "skill_end", "random")
+"""`agent.ask.mode`s of `agent.kind=mediator`: the modes that need no trained network."""
 SEEDS_PER_RUN = 10**6
 """Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
 DEFAULT_NBR_OBS = 3
@@ -57,8 +68,10 @@ class AgentConfig:
     kind: str = "zero_shot"
     """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
     actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`
-    `bot` (BabyAI's planner, which reads the grid, not the text) or `teacher` (LLM4Teach's
-    teacher alone, `agent.teacher`)."""
+    `bot` (BabyAI's planner, which reads the grid, not the text), `teacher` (LLM4Teach's
+    teacher alone, `agent.teacher`) or `mediator` (LLM4RL's planner and skills asked by a rule,
+    `agent.ask`, no network). A checkpoint of a run trained with `ask.mode` other than `none`
+    plays its mediated envs, built from the run's `ask` settings."""
     path: str = ""
     """`checkpoint`: a run folder, one of its checkpoint folders or a saved policy folder.
     `bc`: the folder of the saved adapter (or of a full fine-tuned model)."""
@@ -92,6 +105,10 @@ class AgentConfig:
     batch_size: int = 0
     """Most prompts per forward pass (generation protocol, in-process: per `generate` call);
     0 puts every running env in one batch."""
+    ask: AskConfig = field(default_factory=AskConfig)
+    """`mediator`: the planner, the rule that asks it (`agent.ask.mode`: always, skill_end or
+    random) and the query cost (`glam.config.AskConfig`, the `ask.*` keys of training). A
+    checkpoint takes its run's instead (its config.yaml): leave it at `mode=none` then."""
 
     def __post_init__(self) -> None:
         _check_choice("agent.kind", self.kind, AGENT_KINDS)
@@ -110,6 +127,18 @@ class AgentConfig:
             )
         if self.batch_size < 0:
             raise ValueError(f"agent.batch_size must be >= 0, got {self.batch_size}")
+        if self.kind == "mediator" and self.ask.mode not in MEDIATOR_MODES:
+            raise ValueError(
+                f"agent.kind=mediator with agent.ask.mode={self.ask.mode!r}: a mediator without "
+                f"a network asks by a rule, agent.ask.mode one of {list(MEDIATOR_MODES)}; a "
+                "learned mediator is a checkpoint (agent.kind=checkpoint agent.path=<its run>)"
+            )
+        if self.kind != "mediator" and self.ask.mode != "none":
+            raise ValueError(
+                f"agent.ask.mode={self.ask.mode!r} is for agent.kind=mediator, not "
+                f"agent.kind={self.kind}; a checkpoint plays with its run's own ask settings "
+                "(its config.yaml)"
+            )
 
 
 @dataclass

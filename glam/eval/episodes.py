@@ -18,15 +18,7 @@ from typing import Any
 import numpy as np
 
 import babyai_text
-from glam.eval.agents import (
-    ActRequest,
-    Agent,
-    BotAgent,
-    Decision,
-    History,
-    RandomAgent,
-    SymbolicAgent,
-)
+from glam.eval.agents import ActRequest, Agent, Decision, History
 from glam.eval.generation import BalrogDialogue
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
@@ -100,10 +92,8 @@ def plan_for(
 def prompt_format_of(agent: Agent) -> str:
     """How `agent`'s prompts are written: `glam`, `chat`, `balrog`; `none` if it reads no text,
     `grid` if it reads the grid and the mission instead of the prompt."""
-    if isinstance(agent, (RandomAgent, BotAgent)):
-        return "none"
-    if isinstance(agent, SymbolicAgent):
-        return "grid"
+    if agent.prompt_format is not None:
+        return agent.prompt_format
     history = agent.new_history(1)
     if isinstance(history, BalrogDialogue):
         return "balrog"
@@ -162,7 +152,10 @@ def run_suite(
     else:
         seeds = [seed_base + k for k in range(episodes)]
     episodes = len(seeds)
-    envs = [babyai_text.make(plan.level, **make_kwargs) for _ in range(min(num_envs, episodes))]
+    text_envs = [
+        babyai_text.make(plan.level, **make_kwargs) for _ in range(min(num_envs, episodes))
+    ]
+    envs = [agent.wrap_env(env) for env in text_envs]  # what the agent plays (the same by default)
     action_words = tuple(envs[0].action_words)
     next_episode = 0
 
@@ -172,12 +165,12 @@ def run_suite(
             return None
         seed = seeds[next_episode]
         next_episode += 1
-        obs, info = envs[slot_index].reset(seed=seed)
+        _, info = envs[slot_index].reset(seed=seed)
         history = agent.new_history(nbr_obs)
         history.add_observation(info["descriptions"])
         return _Slot(
             seed=seed,
-            mission=obs["mission"],
+            mission=text_envs[slot_index].mission,  # the env's, whatever a wrapper shows
             task_type=info.get("task_type"),
             history=history,
             rng=np.random.default_rng(seed),
@@ -222,6 +215,7 @@ def run_suite(
                     episode_return=slot.episode_return,
                     length=slot.length,
                     invalid_actions=slot.invalid_actions,
+                    figures=agent.episode_figures(envs[i]),
                 )
                 run.episodes.append(result)
                 if on_episode_end is not None:

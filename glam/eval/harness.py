@@ -19,6 +19,7 @@ from glam.eval.builders import build_agent
 from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
 from glam.eval.generation import GenerationAgent
+from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import SuitePlan, get_suites
 
@@ -176,15 +177,19 @@ def _write(
         "agent": asdict(cfg.agent),
         "eval": asdict(cfg.eval),
         "elapsed_seconds": round(elapsed, 1),
-        "suites": {name: suite_record(run) for name, run in runs.items()},
+        "suites": {name: suite_record(run, agent.suite_figures) for name, run in runs.items()},
     }
     if isinstance(agent, GenerationAgent):
         results["generation"] = agent.usage()
+    if isinstance(agent, MediatorAgent):  # the settings it played (a checkpoint: its run's)
+        results["ask"] = asdict(agent.cfg)
     output_dir = Path(cfg.eval.output_dir)
     paths = write_results(output_dir, results)
     paths["episodes"] = output_dir / "episodes.jsonl"
     with paths["episodes"].open("w") as handle:
         for name, run in runs.items():
             for episode in run.episodes:
-                handle.write(json.dumps({"suite": name, **asdict(episode)}) + "\n")
+                record = asdict(episode)
+                record |= record.pop("figures")  # an agent's own, beside the others (most: none)
+                handle.write(json.dumps({"suite": name, **record}) + "\n")
     return results, paths

@@ -17,7 +17,7 @@ import csv
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,10 +48,18 @@ RAN, NOT_APPLICABLE = "ran", "not applicable"
 """`status` of a suite record."""
 
 
-def suite_record(run: SuiteRun) -> dict[str, Any]:
+FiguresFn = Callable[[Sequence[EpisodeResult]], dict[str, float]]
+"""Episodes -> the agent's own figures of them (`glam.eval.agents.Agent.suite_figures`)."""
+AGENT_FIGURES = "agent_figures"
+"""Key of a suite record (and of each of its task types) holding the agent's own figures
+(a mediator's queries, `ask/*`); absent for agents without any."""
+
+
+def suite_record(run: SuiteRun, figures: FiguresFn | None = None) -> dict[str, Any]:
     """The JSON record of one suite: what it played, overall figures, then per task type.
 
-    A suite not applicable to the agent gets its `reason` and no figures.
+    A suite not applicable to the agent gets its `reason` and no figures. `figures` adds the
+    agent's own (`AGENT_FIGURES`), overall and per task type, when it gives any.
     """
     plan = run.plan
     setup = {
@@ -69,14 +77,20 @@ def suite_record(run: SuiteRun) -> dict[str, Any]:
     for result in run.episodes:
         task = result.task_type or "unknown"
         by_task[TASK_FAMILIES.get(task, task)].append(result)
+
+    def summary(results: Sequence[EpisodeResult]) -> dict[str, Any]:
+        own = figures(results) if figures is not None else {}
+        return {**summarize(results).to_dict(), **({AGENT_FIGURES: own} if own else {})}
+
+    overall = summary(run.episodes)
+    own = overall.pop(AGENT_FIGURES, None)
     return {
         **setup,
-        **summarize(run.episodes).to_dict(),
+        **overall,
         "rewritten_prompt_fraction": run.prompts_rewritten / max(run.prompts_seen, 1),
         "example_prompt": run.example_prompt,
-        "per_task_type": {
-            task: summarize(results).to_dict() for task, results in sorted(by_task.items())
-        },
+        **({AGENT_FIGURES: own} if own else {}),
+        "per_task_type": {task: summary(results) for task, results in sorted(by_task.items())},
         "balrog": _balrog_form(run.episodes, by_task),
     }
 
@@ -128,6 +142,21 @@ def _fmt_rate(record: Mapping[str, Any]) -> str:
 
 def _actions_text(results: Mapping[str, Any]) -> str:
     protocol = results["protocol"]
+    ask = results.get("ask")
+    if ask is not None:  # LLM4RL's mediator (`glam.eval.mediator_agent`)
+        who = {
+            "learned": "the mediator's "
+            + ("greedy choices" if results["eval"]["greedy"] else "sampled choices"),
+            "always": "asking at every step",
+            "skill_end": "asking only when a skill ends (forced queries)",
+            "random": f"asking with probability {ask['probability']:g} at each step",
+        }[ask["mode"]]
+        budget = f", at most {ask['budget']} by choice per episode" if ask["budget"] else ""
+        return (
+            f"subgoals of the {ask['planner']} planner carried out by skills, {who}{budget} "
+            f"(ask.mode={ask['mode']}; a query costs {ask['cost']:g} + {ask['repeat_cost']:g} "
+            "f_rep, subtracted from the return)"
+        )
     if protocol == "generation":
         generation, client = results["eval"]["generation"], results["eval"]["client"]
         temperature = client["temperature"]
@@ -189,6 +218,7 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
                 f"{name}: {100 * record['invalid_action_rate']:.1f}% of the answers were not an "
                 "action (replaced by go forward)."
             )
+    lines += _figures_markdown(ran)
     lines += ["", "## Per task type", ""]
     lines += ["| suite | task type | success [95% CI] | mean length | episodes |"]
     lines.append("|---|---|---|---|---|")
@@ -201,6 +231,27 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
     if results["protocol"] == "generation":
         lines += _balrog_markdown(ran)
     return "\n".join(lines) + "\n"
+
+
+def _figures_markdown(ran: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The agent's own figures (`AGENT_FIGURES`), one row per suite; nothing without any."""
+    records = {
+        name: record[AGENT_FIGURES] for name, record in ran.items() if AGENT_FIGURES in record
+    }
+    if not records:
+        return []
+    keys = list(dict.fromkeys(key for own in records.values() for key in own))
+    lines = [
+        "",
+        "## The agent's own figures",
+        "",
+        "| suite | " + " | ".join(keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for name, own in records.items():
+        cells = [f"{own[key]:.4g}" if key in own else "–" for key in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _balrog_markdown(ran: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -233,17 +284,29 @@ def _balrog_markdown(ran: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def _results_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per suite and task type; a suite not applicable: one row, its reason, no figures."""
     figures = (*_SUMMARY_FIELDS, "invalid_action_rate")
+    # The agent's own figures (a mediator's queries) get columns after these, when it has any.
+    own = list(
+        dict.fromkeys(
+            key
+            for record in results["suites"].values()
+            for summary in (record, *record.get("per_task_type", {}).values())
+            for key in summary.get(AGENT_FIGURES, {})
+        )
+    )
     rows = []
     for name, record in results["suites"].items():
         head = {"label": results["label"], "suite": name}
         head |= {key: record.get(key, "") for key in _SETUP_FIELDS}
         tail = {"status": record.get("status", RAN), "reason": record.get("reason", "")}
         if not _ran(record):
-            rows.append({**head, "task_type": "all", **dict.fromkeys(figures, ""), **tail})
+            blank = dict.fromkeys((*figures, *own), "")
+            rows.append({**head, "task_type": "all", **blank, **tail})
             continue
         groups = {"all": record, **record["per_task_type"]}
         for task, summary in groups.items():
-            rows.append({**head, "task_type": task, **{k: summary[k] for k in figures}, **tail})
+            values = {k: summary[k] for k in figures}
+            values |= {k: summary.get(AGENT_FIGURES, {}).get(k, "") for k in own}
+            rows.append({**head, "task_type": task, **values, **tail})
     return rows
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["EpisodeResult", "SuiteSummary", "balrog_progress", "summarize", "wilson_interval"]
 
@@ -63,11 +63,15 @@ class EpisodeResult:
     success: bool
     """Whether the mission was completed."""
     episode_return: float
-    """Sum of BabyAI rewards (`1 - 0.9 * t / max_steps` on success, else 0)."""
+    """Sum of the rewards of the env played: BabyAI's (`1 - 0.9 * t / max_steps` on success,
+    else 0); a mediated env's are net of its query costs (`ask/cost` in `figures`)."""
     length: int
     """Number of steps taken."""
     invalid_actions: int = 0
     """Answers that were not an action and were replaced (generation protocol only)."""
+    figures: dict[str, float] = field(default_factory=dict)
+    """The agent's own figures of the episode (`Agent.episode_figures`: a mediator's queries,
+    `ask/*`); empty for most agents."""
 
 
 @dataclass(frozen=True)
