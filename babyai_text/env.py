@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -76,7 +78,10 @@ class TextEnv(gym.Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode; ``info`` holds ``descriptions``, ``task_type`` and ``success``."""
-        obs, info = self.env.reset(seed=seed, options=options)
+        # BabyAI draws a level by rejection sampling and prints each rejection ("Sampling
+        # rejected: unreachable object at (2, 2)"); that is not news, and it floods run logs.
+        with contextlib.redirect_stdout(io.StringIO()):
+            obs, info = self.env.reset(seed=seed, options=options)
         self._episode_over = False
         return self._textualise(obs, info, success=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import ResetNeeded
@@ -214,3 +215,12 @@ def test_task_type_of_instructions() -> None:
     nested = BeforeInstr(AndInstr(GoToInstr(ball), OpenInstr(door)), PickupInstr(key))
     assert task_type_of(nested) is None
     assert task_type_of(None) is None
+
+
+def test_reset_does_not_print_babyai_s_rejected_samples(capsys: pytest.CaptureFixture) -> None:
+    """Seed 8 of GoToLocal draws a level BabyAI rejects (an unreachable object) before the one
+    it keeps; minigrid prints each rejection, the text env keeps them off stdout."""
+    gym.make("BabyAI-GoToLocal-v0").reset(seed=8)
+    assert "Sampling rejected" in capsys.readouterr().out  # minigrid itself prints
+    babyai_text.make("BabyAI-GoToLocal-v0").reset(seed=8)
+    assert capsys.readouterr().out == ""

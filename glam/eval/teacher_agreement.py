@@ -18,6 +18,8 @@ generator seeded with `seed`). In it the teacher weighs the candidate subgoals o
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -65,8 +67,7 @@ def situations(level: str, count: int, seed: int) -> Iterator[Situation]:
         if length == 0:
             continue
         stop = int(rng.integers(0, length))
-        env = gym.make(level)
-        env.reset(seed=episode_seed)
+        env = _made(level, episode_seed)
         bot, skills = BabyAIBot(env.unwrapped), SkillMap(env.unwrapped)
         for step in range(stop + 1):
             skills.observe()
@@ -94,10 +95,17 @@ def situations(level: str, count: int, seed: int) -> Iterator[Situation]:
         yield situation
 
 
+def _made(level: str, episode_seed: int) -> gym.Env:
+    """The level reset at `episode_seed`, without BabyAI's prints of rejected samples."""
+    env = gym.make(level)
+    with contextlib.redirect_stdout(io.StringIO()):
+        env.reset(seed=episode_seed)
+    return env
+
+
 def _bot_episode_length(level: str, episode_seed: int) -> int:
     """Steps the bot takes to solve the episode (0: it fails or gives up)."""
-    env = gym.make(level)
-    env.reset(seed=episode_seed)
+    env = _made(level, episode_seed)
     bot = BabyAIBot(env.unwrapped)
     try:
         for step in range(env.unwrapped.max_steps):
