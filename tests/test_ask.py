@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
+from helpers_couplings import SMALL_SYMBOLIC, CountingScorer
 from helpers_tiny import one_torch_thread, save_tiny_model  # noqa: F401 (fixture)
 from minigrid.core.actions import Actions
 
@@ -32,18 +33,6 @@ from glam.ppo.trainer import train
 from glam.skills import SkillMap, candidate_subgoals
 from glam.teach.scorers import SubgoalScorer
 
-SMALL = [
-    "symbolic.image_dim=8",
-    "symbolic.instr_dim=8",
-    "symbolic.hidden_dim=8",
-    "env.num_envs=4",
-    "ppo.frames_per_env=16",
-    "ppo.minibatch_size=32",
-    "ppo.epochs=1",
-    "train.total_frames=192",
-    "train.progress_bar=false",
-]
-"""A symbolic run of a few seconds: 8 channels, 4 envs x 16 frames, 3 updates."""
 TIMING = ("charts/fps", "charts/rollout_fps", "charts/update_fps", "time/", "elapsed_seconds")
 
 
@@ -195,17 +184,6 @@ def test_random_asking_follows_its_probability_and_the_episode_seed() -> None:
 # --- The planners ------------------------------------------------------------------------------
 
 
-class CountingScorer(SubgoalScorer):
-    """Log-likelihoods 0, 1, 2... per candidate: the last candidate is the best."""
-
-    def __init__(self) -> None:
-        self.asked: list[list[str]] = []
-
-    def log_likelihoods(self, prompts, candidates):  # noqa: ANN001, ANN201
-        self.asked.append(list(prompts))
-        return [torch.arange(len(c), dtype=torch.float32) for c in candidates]
-
-
 def test_the_llm_planner_ranks_by_score_and_asks_the_model_each_time_unless_cached() -> None:
     env = babyai_text.make("BabyAI-GoToLocal-v0")
     env.reset(seed=0)
@@ -301,7 +279,9 @@ def test_a_hook_that_wraps_nothing_leaves_the_run_bit_identical(tmp_path: Path) 
     accelerator = Accelerator(cpu=True)
     runs = {}
     for name, hooks in (("plain", ()), ("identity", (TrainerHook(),))):
-        cfg = compose_config("symbolic_ppo", [*SMALL, f"train.output_dir={tmp_path / name}"])
+        cfg = compose_config(
+            "symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"]
+        )
         train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
         runs[name] = _metrics(tmp_path / name)
     assert len(runs["plain"]) == 3
@@ -315,7 +295,7 @@ def test_a_hook_that_wraps_nothing_leaves_the_run_bit_identical(tmp_path: Path) 
 def test_a_mediated_run_reports_its_queries(tmp_path: Path) -> None:
     cfg = compose_config(
         "ask_symbolic",
-        [*SMALL, "ask.planner=bot", "ask.mode=always", f"train.output_dir={tmp_path}"],
+        [*SMALL_SYMBOLIC, "ask.planner=bot", "ask.mode=always", f"train.output_dir={tmp_path}"],
     )
     policies = []
 

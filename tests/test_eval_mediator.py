@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from accelerate import Accelerator
+from helpers_couplings import SMALL_SYMBOLIC
 from omegaconf import OmegaConf
 
 import babyai_text
@@ -30,18 +31,7 @@ from glam.ppo.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL = "BabyAI-UnlockPickup-v0"
-SMALL = [
-    "symbolic.image_dim=8",
-    "symbolic.instr_dim=8",
-    "symbolic.hidden_dim=8",
-    "env.num_envs=4",
-    "ppo.frames_per_env=16",
-    "ppo.minibatch_size=32",
-    "ppo.epochs=1",
-    "train.total_frames=192",
-    "train.progress_bar=false",
-    "train.torch_threads=1",
-]
+SMALL = [*SMALL_SYMBOLIC, "train.torch_threads=1"]
 """A mediator of 8 channels trained for 3 updates (4 envs x 16 frames): a few seconds."""
 ASK_FIGURES = (
     "ask/queries_per_episode",

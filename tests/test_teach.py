@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accelerate import Accelerator
+from helpers_couplings import SMALL_SYMBOLIC, CountingScorer
 from minigrid.core.actions import Actions
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
@@ -25,20 +26,6 @@ from glam.skills import candidate_subgoals
 from glam.teach.hook import TeachHook, distillation_loss
 from glam.teach.scorers import SubgoalScorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher
-
-SMALL = [
-    "symbolic.image_dim=8",
-    "symbolic.instr_dim=8",
-    "symbolic.hidden_dim=8",
-    "env.num_envs=4",
-    "ppo.frames_per_env=16",
-    "ppo.minibatch_size=32",
-    "ppo.epochs=1",
-    "train.total_frames=192",
-    "train.progress_bar=false",
-]
-"""A symbolic run of a few seconds: 8 channels, 4 envs x 16 frames, 3 updates."""
-
 
 # --- The schedule ------------------------------------------------------------------------------
 
@@ -90,7 +77,7 @@ def _minibatch(seed: int = 0):
     from glam.ppo.buffer import Transitions
     from glam.ppo.rollout import EnvRunner
 
-    cfg = compose_config("symbolic_ppo", SMALL)
+    cfg = compose_config("symbolic_ppo", SMALL_SYMBOLIC)
     torch.manual_seed(seed)
     policy = build_symbolic_policy(cfg, None)
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=8, seed=123, observation_kind="grid")
@@ -157,7 +144,9 @@ def test_an_inactive_teacher_leaves_the_run_bit_identical(tmp_path: Path) -> Non
         ("plain", ()),
         ("off", (TeachHook(TeachConfig(teacher="bot", off_after=0)),)),
     ):
-        cfg = compose_config("symbolic_ppo", [*SMALL, f"train.output_dir={tmp_path / name}"])
+        cfg = compose_config(
+            "symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"]
+        )
         train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
         runs[name] = _metrics(tmp_path / name)
     timing = ("charts/fps", "charts/rollout_fps", "charts/update_fps", "time/", "elapsed_seconds")
@@ -170,17 +159,6 @@ def test_an_inactive_teacher_leaves_the_run_bit_identical(tmp_path: Path) -> Non
 
 
 # --- The teachers ------------------------------------------------------------------------------
-
-
-class CountingScorer(SubgoalScorer):
-    """Log-likelihoods 0, 1, 2... per candidate; records every batch of prompts it is asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[list[str]] = []
-
-    def log_likelihoods(self, prompts, candidates):  # noqa: ANN001, ANN201
-        self.asked.append(list(prompts))
-        return [torch.arange(len(c), dtype=torch.float32) for c in candidates]
 
 
 def test_the_cache_answers_repeated_situations_without_the_model() -> None:
