@@ -152,7 +152,8 @@ class CandidateTokens:
         return int(self.counts.max())
 
 
-def _separator(prompt: str) -> str:
+def separator(prompt: str) -> str:
+    """What joins a candidate to its prompt: one space, unless the prompt ends in whitespace."""
     return "" if not prompt or prompt[-1].isspace() else " "
 
 
@@ -212,7 +213,7 @@ def tokenize_candidates(
         candidate_ids, candidate_lengths = _encode(tokenizer, flat, add_special_tokens=False)
     else:
         joint = [
-            p + _separator(p) + a
+            p + separator(p) + a
             for p, actions in zip(prompts, candidates, strict=True)
             for a in actions
         ]
@@ -269,7 +270,7 @@ def _retokenize_alone(
     candidate_lengths: Tensor,
 ) -> tuple[Tensor, Tensor]:
     rows = broken.nonzero()[:, 0]
-    texts = [_separator(prompts[int(prompt_index[n])]) + flat[n] for n in rows.tolist()]
+    texts = [separator(prompts[int(prompt_index[n])]) + flat[n] for n in rows.tolist()]
     warnings.warn(
         f"{len(texts)} candidate(s) merge with the end of their prompt when tokenised together "
         f"(e.g. {texts[0]!r}); scoring them on their own tokens instead. End prompts with a "

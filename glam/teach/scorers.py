@@ -11,7 +11,7 @@ from glam.config import AskConfig, TeachConfig
 from glam.llm.chat import ChatClientError
 from glam.llm.remote import OpenAIEndpoint
 from glam.models.loading import load_model
-from glam.scoring import score_actions
+from glam.scoring import score_actions, separator
 
 __all__ = ["LocalScorer", "OpenAIScorer", "SubgoalScorer", "build_scorer"]
 
@@ -107,7 +107,7 @@ class OpenAIScorer(SubgoalScorer):
     ) -> list[torch.Tensor]:
         starts = [len(p) for p, cands in zip(prompts, candidates, strict=True) for _ in cands]
         texts = [
-            p + ("" if not p or p[-1].isspace() else " ") + c
+            p + separator(p) + c
             for p, cands in zip(prompts, candidates, strict=True)
             for c in cands
         ]
