@@ -31,7 +31,13 @@ from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, OBJECT_TO_IDX
 if TYPE_CHECKING:
     import gymnasium as gym
 
-__all__ = ["LANGUAGES", "describe_env", "describe_view", "translate_mission"]
+__all__ = [
+    "LANGUAGES",
+    "definite_noun_phrase",
+    "describe_env",
+    "describe_view",
+    "translate_mission",
+]
 
 LANGUAGES: tuple[str, ...] = ("en", "fr")
 """Languages the descriptions and missions can be written in."""
@@ -84,6 +90,16 @@ def _noun_phrase(obj_type: str, color: str | None, state: str | None, language: 
     words = [w for w in (state, color, obj_type) if w is not None]
     article = "an" if words[0][0] in "aeiou" else "a"
     return " ".join([article, *words])
+
+
+def definite_noun_phrase(obj_type: str, color: str | None, language: str) -> str:
+    """Definite noun phrase: ``the red ball``, ``the wall``; ``la balle rouge``, ``le mur``."""
+    if language == "fr":
+        noun, gender = _FR_NOUNS[obj_type]
+        article = "l'" if noun[0] in "aeiouéh" else ("la " if gender == "f" else "le ")
+        color_word = f" {_FR_ADJECTIVES[color][1 if gender == 'f' else 0]}" if color else ""
+        return f"{article}{noun}{color_word}"
+    return " ".join(w for w in ("the", color, obj_type) if w is not None)
 
 
 def _distance(steps: int, direction: str, language: str) -> str:

@@ -20,6 +20,7 @@ from gymnasium.error import ResetNeeded
 
 from babyai_text.actions import ActionSpace, get_action_space
 from babyai_text.describe import LANGUAGES, describe_view, translate_mission
+from babyai_text.events import describe_events, take_snapshot
 from babyai_text.levels import task_type_of
 from babyai_text.registration import register_levels
 
@@ -38,6 +39,10 @@ class TextEnv(gym.Wrapper):
       (:func:`babyai_text.describe.describe_view`);
     - ``"task_type"``: the task type of the episode (``"goto"``, ``"pickup_then_goto"``...;
       inferred from the instruction for minigrid's levels, None when it fits no simple shape);
+    - ``"events"``: short lowercase sentences saying what the last action just did (``"you
+      pick up the yellow key"``, ``"the red door is locked"``, ``"you bump into the wall"``;
+      :mod:`babyai_text.events` lists them all); empty at reset and after a turn, a plain move
+      forward or ``done``;
     - ``"success"``: True when the episode has just ended with a positive reward.
 
     ``step`` takes an index into ``action_words`` or one of the words. Rewards are BabyAI's.
@@ -77,13 +82,13 @@ class TextEnv(gym.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode; ``info`` holds ``descriptions``, ``task_type`` and ``success``."""
+        """Start an episode; ``info`` holds the keys listed in :class:`TextEnv`, no events."""
         # BabyAI draws a level by rejection sampling and prints each rejection ("Sampling
         # rejected: unreachable object at (2, 2)"); that is not news, and it floods run logs.
         with contextlib.redirect_stdout(io.StringIO()):
             obs, info = self.env.reset(seed=seed, options=options)
         self._episode_over = False
-        return self._textualise(obs, info, success=False)
+        return self._textualise(obs, info, events=[], success=False)
 
     def step(
         self, action: int | str
@@ -102,9 +107,13 @@ class TextEnv(gym.Wrapper):
                 "after an episode ended"
             )
         minigrid_action = self.action_space_def.to_minigrid(action)
+        before = take_snapshot(self.env)
         obs, reward, terminated, truncated, info = self.env.step(minigrid_action)
         self._episode_over = bool(terminated or truncated)
-        obs, info = self._textualise(obs, info, success=bool(terminated and reward > 0))
+        events = describe_events(before, take_snapshot(self.env), minigrid_action, self.language)
+        obs, info = self._textualise(
+            obs, info, events=events, success=bool(terminated and reward > 0)
+        )
         return obs, reward, terminated, truncated, info
 
     @property
@@ -123,13 +132,14 @@ class TextEnv(gym.Wrapper):
         return task_type_of(getattr(base, "instrs", None))
 
     def _textualise(
-        self, obs: dict[str, Any], info: dict[str, Any], *, success: bool
+        self, obs: dict[str, Any], info: dict[str, Any], *, events: list[str], success: bool
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         obs = {**obs, "mission": self.mission}
         info = {
             **info,
             "descriptions": describe_view(obs["image"], self.language),
             "task_type": self.task_type,
+            "events": events,
             "success": success,
         }
         return obs, info
