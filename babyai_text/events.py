@@ -4,7 +4,7 @@
 step and another after it; :func:`describe_events` compares the two, knowing the action, and
 returns the sentences of ``info["events"]``. A turn, a plain move forward and ``done`` say
 nothing (an empty list). The sentences, by action (``{obj}`` is the object with its colour,
-``yellow key``; a wall is just ``wall``):
+``yellow key``; a wall is just ``wall``; :data:`TEMPLATES` puts the article in ``{obj}``):
 
 - pick up: ``you pick up the {obj}``, ``there is nothing to pick up``, ``your hands are full``
   (a pickable object in front, something already carried), ``you cannot pick up the {obj}``;
