@@ -588,6 +588,91 @@ class AskConfig:
             raise ValueError("ask.timeout must be > 0 and ask.max_retries >= 0")
 
 
+ONI_REWARD_MODELS: tuple[str, ...] = ("none", "retrieval", "classification")
+"""ONI's reward models: `none` (no intrinsic reward, no annotator: plain RL), `retrieval` (a
+table of the labelled messages; 0 for the others), `classification` (a small text classifier
+trained online on the labels, so unseen messages get a reward too)."""
+ONI_BACKENDS: tuple[str, ...] = ("local", "openai", "oracle")
+
+
+@dataclass
+class OniConfig:
+    """ONI's intrinsic reward from an LLM's labels of the agent's events (`glam.oni`).
+
+    The env's event messages (`info["events"]` of BabyAI-Text, with the episode's mission) are
+    sent once each to an annotator in its own process, which labels the newest first, in
+    batches: 1 when its judge says the event helps reach the goal, else 0. The learner never
+    waits: it polls, and a message not labelled yet is worth 0. A reward model turns the labels
+    into `r_llm(message)`; a step's reward is `extrinsic_coef * r_env + intrinsic_coef *
+    sum_m r_llm(m) / N_episode(m) ** beta`, N counting m's occurrences in the episode so far
+    (ONI's count decay; ../shared/REFERENCE.md).
+    """
+
+    reward_model: str = "none"
+    """`none`, `retrieval` or `classification` (see `ONI_REWARD_MODELS`); `none` is plain RL."""
+    backend: str = "local"
+    """Who labels: `local` (the scoring model `model` in the annotator's process: label 1 when
+    it prefers "yes" to "no" after the judging prompt), `openai` (the same question to an
+    OpenAI-compatible `/v1/completions` endpoint at `base_url` that echoes prompt
+    log-probabilities: vLLM, llama.cpp's server, `scripts/serve_openai.py`) or `oracle` (the
+    task's own definition of progress, `glam.oni.oracle`: a control)."""
+    model: str = DEFAULT_MODEL
+    """`backend=local`: the judging model (embedded name, local folder, .gguf file or hub id)."""
+    base_url: str = "http://127.0.0.1:8080/v1"
+    """`backend=openai`: the endpoint, up to and including `/v1`."""
+    model_id: str = ""
+    """`backend=openai`: the model name sent; empty: the first the server lists."""
+    timeout: float = 60.0
+    """`backend=openai`: seconds to wait for an answer (then retried, see `max_retries`)."""
+    max_retries: int = 4
+    """`backend=openai`: retries of a failed request (connection, time-out, 429, 5xx)."""
+    extrinsic_coef: float = 1.0
+    """Weight of the env's reward."""
+    intrinsic_coef: float = 0.1
+    """Weight of the intrinsic reward (a helpful event is worth 1 at its first occurrence)."""
+    beta: float = 3.0
+    """Count decay: the m-th occurrence of a message in an episode is worth `1 / m ** beta`."""
+    batch_size: int = 100
+    """Messages the annotator labels per batch (the newest pending ones)."""
+    delay: float = 0.0
+    """Seconds the annotator sleeps after each batch: a deliberately slow annotator, to measure
+    that the learner does not wait for it."""
+    hang_timeout: float = 600.0
+    """Seconds without any answer from the annotator (it starts, labels or fails) while
+    messages are pending, after which it is declared hung and the run stops."""
+    threads: int = 1
+    """Torch threads of the annotator's process."""
+    classifier_steps: int = 32
+    """`classification`: gradient steps on the labels after each update that brought new ones."""
+    classifier_max_examples: int = 25_000
+    """`classification`: the classifier trains while it has at most this many labels."""
+    classifier_lr: float = 1e-2
+    """`classification`: Adam's learning rate."""
+
+    def __post_init__(self) -> None:
+        _check_choice("oni.reward_model", self.reward_model, ONI_REWARD_MODELS)
+        _check_choice("oni.backend", self.backend, ONI_BACKENDS)
+        if self.extrinsic_coef < 0 or self.intrinsic_coef < 0 or self.beta < 0:
+            raise ValueError(
+                "oni.extrinsic_coef, oni.intrinsic_coef and oni.beta must be >= 0, got "
+                f"{self.extrinsic_coef}, {self.intrinsic_coef} and {self.beta}"
+            )
+        if self.batch_size < 1 or self.threads < 1 or self.classifier_steps < 0:
+            raise ValueError(
+                "oni.batch_size and oni.threads must be >= 1 and oni.classifier_steps >= 0, got "
+                f"{self.batch_size}, {self.threads} and {self.classifier_steps}"
+            )
+        if self.delay < 0 or not self.hang_timeout > 0:
+            raise ValueError(
+                f"oni.delay must be >= 0 and oni.hang_timeout > 0, got {self.delay} and "
+                f"{self.hang_timeout}"
+            )
+        if not self.timeout > 0 or self.max_retries < 0:
+            raise ValueError("oni.timeout must be > 0 and oni.max_retries >= 0")
+        if not self.classifier_lr > 0 or self.classifier_max_examples < 1:
+            raise ValueError("oni.classifier_lr must be > 0 and oni.classifier_max_examples >= 1")
+
+
 @hydra_schema("training_run_schema")
 @dataclass
 class TrainingRunConfig:
@@ -610,6 +695,8 @@ class TrainingRunConfig:
     """A teacher whose action distribution the student distils early on (`glam.teach`)."""
     ask: AskConfig = field(default_factory=AskConfig)
     """A planner asked for subgoals, and when to ask it (`glam.ask`)."""
+    oni: OniConfig = field(default_factory=OniConfig)
+    """An intrinsic reward from an LLM's labels of the agent's events (`glam.oni`)."""
 
     @property
     def frames_per_update(self) -> int:
@@ -637,6 +724,16 @@ class TrainingRunConfig:
             raise ValueError(
                 f"ask.mode={self.ask.mode!r} with teach.teacher={self.teach.teacher!r}: a teacher "
                 "advises primitive actions, the mediator's actions are ask and continue"
+            )
+        if self.oni.reward_model != "none" and self.policy.kind == "drrn":
+            raise ValueError(
+                f"oni.reward_model={self.oni.reward_model!r}: the intrinsic reward joins the PPO "
+                "trainer's rollouts (policy.kind=symbolic or llm), not DRRN's"
+            )
+        if self.oni.reward_model != "none" and self.ask.mode != "none":
+            raise ValueError(
+                f"oni.reward_model={self.oni.reward_model!r} with ask.mode={self.ask.mode!r}: the "
+                "mediated env's steps are skills', whose events are not reported one by one"
             )
         if self.train.probe_every and self.policy.kind != "llm":
             raise ValueError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from glam.ask.hook import AskHook, build_mediator_policy
 from glam.config import TrainingRunConfig
+from glam.oni.hook import OniHook
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import PolicyFactory
 from glam.probe import ProbeHook
@@ -20,6 +21,8 @@ def coupling_hooks(cfg: TrainingRunConfig) -> list[TrainerHook]:
         hooks.append(TeachHook(cfg.teach))
     if cfg.ask.mode != "none":
         hooks.append(AskHook(cfg.ask))
+    if cfg.oni.reward_model != "none":
+        hooks.append(OniHook(cfg.oni, seed=cfg.train.seed))
     return hooks
 
 

@@ -23,7 +23,8 @@ train_language_agent.py, and so are the run folder, the checkpoints, resuming, a
 SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) writes a checkpoint and exits with status 0; a second
 Ctrl-C stops at once. Exit status: 0 done (or checkpointed on a signal), 1 bad config (Hydra),
 2 the run cannot start (`policy.kind=llm` among the reasons) or a checkpoint cannot be written,
-3 the loss became NaN, 130 a second Ctrl-C.
+3 the loss became NaN, 4 a coupling's outside part failed (e.g. ONI's annotator), 130 a second
+Ctrl-C.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ Presets live in configs/ (`glam_paper`, `smollm2_lora_cpu`, `tiny`); any key of
 `glam.config.TrainingRunConfig` can be overridden, and a misspelt key stops the run at start-up.
 SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) writes a checkpoint and exits with status 0; a second Ctrl-C
 stops at once. Exit status: 0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run
-cannot start or a checkpoint cannot be written, 3 the loss became NaN, 130 a second Ctrl-C.
+cannot start or a checkpoint cannot be written, 3 the loss became NaN, 4 a coupling's outside
+part failed (e.g. ONI's annotator), 130 a second Ctrl-C.
 See docs/training.md and the README's "Checkpoints".
 """
 

@@ -19,6 +19,7 @@ from accelerate.utils import broadcast_object_list
 
 from glam.config import TrainingRunConfig
 from glam.ppo.checkpoint import CheckpointWriteError, latest_checkpoint
+from glam.ppo.hooks import HookError
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
 
@@ -27,7 +28,8 @@ Trainer = Callable[..., object]
 
 EXIT_STATUSES = (
     "0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run cannot start or a "
-    "checkpoint cannot be written, 3 the loss became NaN, 130 a second Ctrl-C"
+    "checkpoint cannot be written, 3 the loss became NaN, 4 a coupling's outside part failed (an "
+    "annotator, a server), 130 a second Ctrl-C"
 )
 
 
@@ -64,6 +66,9 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
     except CheckpointWriteError as error:
         print(f"error: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
         return 2
+    except HookError as error:
+        print(f"error: stopping: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
+        return 4
     except TrainingDiverged as error:
         print(
             f"error: stopping: {error}; nothing of that update was saved; "

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from glam.ppo.trainer import Training
 
 
+class HookError(RuntimeError):
+    """A hook's outside part (a server, a helper process) failed: the run stops with this
+    message and exit status 4; the last complete checkpoint stays as it was."""
+
+
 class TrainerHook:
     """Base class of the hooks: every method does nothing."""
 

@@ -1,0 +1,291 @@
+"""The annotator: labels the agent's event messages in its own process; the learner never waits.
+
+The learner `submit`s each message once; the annotator's process keeps the messages not yet
+labelled and labels the newest first, `oni.batch_size` at a time, with one of the labellers:
+
+- `JudgeLabeller` (`oni.backend=local` or `openai`): a language model's preference for "yes"
+  over "no" after `JUDGE_PROMPT` (the goal and the event), scored in-process by
+  `glam.teach.scorers.LocalScorer` or by an OpenAI-compatible endpoint (`OpenAIScorer`);
+- `OracleLabeller` (`oni.backend=oracle`): the task's own notion of progress
+  (`glam.oni.oracle`), a control.
+
+The learner `poll`s without blocking. An annotator that fails (its labeller raised, its process
+died) or hangs (no answer for `oni.hang_timeout` seconds while messages are pending) raises
+`AnnotatorError` at the next poll; `close` stops the process (and a process whose learner died
+stops by itself: no orphan).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from glam.config import OniConfig
+from glam.oni.oracle import oracle_label
+from glam.ppo.hooks import HookError
+from glam.teach.scorers import SubgoalScorer, build_scorer
+
+__all__ = [
+    "JUDGE_PROMPT",
+    "Annotator",
+    "AnnotatorError",
+    "AnnotatorStats",
+    "JudgeLabeller",
+    "Labeller",
+    "Message",
+    "OracleLabeller",
+    "build_labeller",
+]
+
+Message = tuple[str, str]
+"""(goal, event): what is labelled. The goal is the episode's mission: in BabyAI whether an
+event helps depends on it ("you pick up the red box" when the mission is the blue box)."""
+
+JUDGE_PROMPT = (
+    "An agent moves in a grid world of rooms, doors, keys, balls and boxes.\n"
+    "The agent's goal: {goal}.\n"
+    "What just happened: {event}.\n"
+    "Question: does this bring the agent closer to its goal? Answer yes or no.\n"
+    "Answer:"
+)
+"""The judging prompt; the label is 1 when the judge scores " yes" above " no" after it."""
+ANSWERS = ("yes", "no")
+
+HEALTH_CHECK_SECONDS = 1.0
+"""The learner looks at the annotator's process at most this often (when no labels came)."""
+
+
+class AnnotatorError(HookError):
+    """The annotator failed, died or hung; the run stops (its last checkpoint is kept)."""
+
+
+class Labeller(ABC):
+    """Labels messages: 1.0 helpful, 0.0 not."""
+
+    @abstractmethod
+    def label(self, messages: Sequence[Message]) -> list[float]:
+        """One label per message."""
+
+    def close(self) -> None:  # noqa: B027 (nothing to release by default)
+        """Release the model or the connections."""
+
+
+class OracleLabeller(Labeller):
+    """`glam.oni.oracle`'s rule."""
+
+    def label(self, messages: Sequence[Message]) -> list[float]:
+        return [oracle_label(goal, event) for goal, event in messages]
+
+
+class JudgeLabeller(Labeller):
+    """A language model as the judge: 1.0 when `log P(" yes") > log P(" no")` after
+    `JUDGE_PROMPT`."""
+
+    def __init__(self, scorer: SubgoalScorer) -> None:
+        self.scorer = scorer
+
+    def preferences(self, messages: Sequence[Message]) -> list[float]:
+        """`log P(yes) - log P(no)` per message."""
+        prompts = [JUDGE_PROMPT.format(goal=goal, event=event) for goal, event in messages]
+        scores = self.scorer.log_likelihoods(prompts, [list(ANSWERS)] * len(prompts))
+        return [float(score[0] - score[1]) for score in scores]
+
+    def label(self, messages: Sequence[Message]) -> list[float]:
+        return [float(margin > 0) for margin in self.preferences(messages)]
+
+    def close(self) -> None:
+        self.scorer.close()
+
+
+def build_labeller(cfg: OniConfig) -> Labeller:
+    """The labeller `oni.backend` names (the judging model is loaded or connected to here)."""
+    if cfg.backend == "oracle":
+        return OracleLabeller()
+    return JudgeLabeller(build_scorer(cfg, "oni"))
+
+
+@dataclass
+class AnnotatorStats:
+    """The learner's counts of the annotator's work (since the start of the run)."""
+
+    sent: int = 0
+    received: int = 0
+    positive: int = 0
+    busy_seconds: float = 0.0
+    """Seconds the annotator spent labelling (its sleeps, `oni.delay`, not counted)."""
+    latency_seconds: float = 0.0
+    """Sum over received labels of the seconds from `submit` to `poll`."""
+
+    @property
+    def pending(self) -> int:
+        """Messages sent and not labelled yet."""
+        return self.sent - self.received
+
+
+class Annotator:
+    """The learner's end of the annotator process (see the module docstring)."""
+
+    def __init__(
+        self, cfg: OniConfig, *, make_labeller: Callable[[OniConfig], Labeller] = build_labeller
+    ) -> None:
+        """Start the annotator's process (spawned: a fresh interpreter, no copy of the
+        learner's model or threads); `make_labeller` runs there and must be picklable."""
+        self.cfg = cfg
+        context = multiprocessing.get_context("spawn")
+        self._requests = context.Queue()
+        self._results = context.Queue()
+        self.process = context.Process(
+            target=serve,
+            args=(cfg, self._requests, self._results, make_labeller, os.getpid()),
+            name="glam-oni-annotator",
+            daemon=True,
+        )
+        self.process.start()
+        self.stats = AnnotatorStats()
+        self.ready = False
+        self._sent_at: dict[Message, float] = {}
+        self._last_answer = time.monotonic()
+        self._last_check = 0.0
+        self._closed = False
+
+    def submit(self, messages: Sequence[Message]) -> None:
+        """Send messages to label (the caller sends each once)."""
+        if not messages:
+            return
+        now = time.monotonic()
+        if not self.stats.pending:  # the hang clock starts when there is work
+            self._last_answer = now
+        for message in messages:
+            self._sent_at[message] = now
+        self.stats.sent += len(messages)
+        self._requests.put(list(messages))
+
+    def poll(self) -> list[tuple[Message, float]]:
+        """The labels that arrived since the last poll (never waits).
+
+        Raises:
+            AnnotatorError: the annotator reported a failure, died, or hung.
+        """
+        labels: list[tuple[Message, float]] = []
+        now = time.monotonic()
+        while True:
+            try:
+                kind, payload, busy = self._results.get_nowait()
+            except queue.Empty:
+                break
+            self._last_answer = now
+            if kind == "error":
+                self.close()
+                raise AnnotatorError(
+                    f"the ONI annotator failed (oni.backend={self.cfg.backend}): {payload}"
+                )
+            if kind == "ready":
+                self.ready = True
+                continue
+            self.stats.busy_seconds += busy
+            for message, label in payload:
+                self.stats.latency_seconds += now - self._sent_at.pop(message, now)
+                self.stats.positive += int(label > 0.5)
+            self.stats.received += len(payload)
+            labels.extend(payload)
+        if not labels and now - self._last_check >= HEALTH_CHECK_SECONDS:
+            self._last_check = now
+            self._check_health(now)
+        return labels
+
+    def _check_health(self, now: float) -> None:
+        if self._closed:
+            raise AnnotatorError("the ONI annotator was closed")
+        if self.process.exitcode is not None:
+            code = self.process.exitcode
+            self.close()
+            raise AnnotatorError(
+                f"the ONI annotator's process died (exit code {code}) with "
+                f"{self.stats.pending} messages pending"
+            )
+        waited = now - self._last_answer
+        if self.stats.pending and waited > self.cfg.hang_timeout:
+            self.close()
+            raise AnnotatorError(
+                f"the ONI annotator gave no answer for {waited:.0f} s with {self.stats.pending} "
+                f"messages pending: hung (oni.hang_timeout={self.cfg.hang_timeout:g})"
+            )
+
+    def close(self) -> None:
+        """Stop the annotator's process (asked first, then terminated, then killed)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.process.is_alive():
+            with contextlib.suppress(OSError, ValueError):  # a queue already broken
+                self._requests.put(None)
+            self.process.join(timeout=5.0)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        for channel in (self._requests, self._results):
+            channel.cancel_join_thread()
+            channel.close()
+
+
+def serve(
+    cfg: OniConfig,
+    requests: Any,
+    results: Any,
+    make_labeller: Callable[[OniConfig], Labeller],
+    learner_pid: int,
+) -> None:
+    """The annotator's process: label pending messages, newest first, until told to stop (a
+    None request) or the learner is gone."""
+    torch.set_num_threads(cfg.threads)
+    try:
+        labeller = make_labeller(cfg)
+    except Exception as error:  # reported to the learner, which stops the run
+        results.put(("error", _describe(error), 0.0))
+        return
+    results.put(("ready", None, 0.0))
+    pending: list[Message] = []
+    try:
+        while True:
+            try:
+                request = requests.get(timeout=1.0) if not pending else requests.get_nowait()
+                while request is not None:
+                    pending.extend(request)
+                    request = requests.get_nowait()
+                return  # None: the learner closes the run
+            except queue.Empty:
+                pass
+            if not pending:
+                if os.getppid() != learner_pid:  # the learner died: do not linger
+                    return
+                continue
+            batch = pending[-cfg.batch_size :]
+            del pending[-len(batch) :]
+            start = time.perf_counter()
+            labels = labeller.label(batch)
+            busy = time.perf_counter() - start
+            if cfg.delay:
+                time.sleep(cfg.delay)
+            results.put(("labels", list(zip(batch, labels, strict=True)), busy))
+    except Exception as error:
+        results.put(("error", _describe(error), 0.0))
+    finally:
+        labeller.close()
+
+
+def _describe(error: BaseException) -> str:
+    """`ExceptionType: message`, to report across processes."""
+    return traceback.format_exception_only(type(error), error)[-1].strip()

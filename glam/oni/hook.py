@@ -1,0 +1,201 @@
+"""ONI in the PPO loop: each env's events earn an intrinsic reward, the annotator labels them
+asynchronously, the reward model learns from the labels.
+
+`OniHook` is a `glam.ppo.hooks.TrainerHook`:
+
+- `wrap_env`: every env becomes an `OniEnv`, whose step reward is `extrinsic_coef * r_env +
+  intrinsic_coef * sum_m r_llm(m) / N_episode(m) ** beta` over the step's events m (with the
+  episode's mission as their goal), the counts starting afresh each episode;
+- `start`: the annotator's process starts (`glam.oni.annotator.Annotator`);
+- `after_step`: messages never seen are sent (once each), labels that arrived are taken; the
+  learner never waits;
+- `after_update`: the reward model fits the labels (`classification`), and the update's row
+  gets the `oni/` metrics: labels sent, received and pending, the annotator's throughput and
+  latency, the intrinsic and extrinsic reward per episode;
+- `close`: the annotator's process stops.
+
+The rollout buffer sees the mixed reward (what PPO learns from); the env's success is the
+task's. On resume the labels are asked for again (the labellers are deterministic) and the
+classifier refits: the reward model is not part of the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from glam.config import OniConfig
+from glam.oni.annotator import Annotator, Message
+from glam.oni.rewards import RewardModel, build_reward_model, decayed
+from glam.ppo.hooks import TrainerHook
+
+if TYPE_CHECKING:
+    from glam.ppo.trainer import Training
+
+__all__ = ["OniEnv", "OniHook"]
+
+
+class OniEnv(gym.Wrapper):
+    """A `babyai_text.TextEnv` whose rewards include ONI's intrinsic reward (see the module
+    docstring); `info["oni"]` holds the step's `intrinsic` (before `intrinsic_coef`) and
+    `extrinsic` rewards."""
+
+    def __init__(self, env: gym.Env, hook: OniHook) -> None:
+        super().__init__(env)
+        self.hook = hook
+        self.action_words: tuple[str, ...] = env.action_words
+        self.action_space_def = env.action_space_def
+        self.language: str = env.language
+        self.counts: Counter[Message] = Counter()
+        """Occurrences of each message in the current episode."""
+        self._goal = ""
+        self._intrinsic = self._extrinsic = 0.0
+
+    @property
+    def mission(self) -> str:
+        """The current mission (the env's)."""
+        return self.env.mission
+
+    @property
+    def task_type(self) -> str | None:
+        """The current episode's task type (the env's)."""
+        return self.env.task_type
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._goal = obs["mission"]
+        self.counts.clear()
+        self._intrinsic = self._extrinsic = 0.0
+        return obs, info
+
+    def step(
+        self, action: int | str
+    ) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        cfg = self.hook.cfg
+        intrinsic = 0.0
+        for event in info["events"]:
+            message = (self._goal, event)
+            self.counts[message] += 1
+            intrinsic += decayed(self.hook.reward(message), self.counts[message], cfg.beta)
+        self._intrinsic += intrinsic
+        self._extrinsic += float(reward)
+        if terminated or truncated:
+            self.hook.episode_ended(self._intrinsic, self._extrinsic)
+        mixed = cfg.extrinsic_coef * float(reward) + cfg.intrinsic_coef * intrinsic
+        info = {**info, "oni": {"intrinsic": intrinsic, "extrinsic": float(reward)}}
+        return obs, mixed, terminated, truncated, info
+
+
+class OniHook(TrainerHook):
+    """ONI joined to the PPO trainer (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: OniConfig,
+        *,
+        seed: int = 0,
+        reward_model: RewardModel | None = None,
+        make_annotator: Callable[[OniConfig], Annotator] = Annotator,
+    ) -> None:
+        """
+        Args:
+            cfg: the `oni` settings (`reward_model` other than `none`).
+            seed: the classifier's initialisation and minibatches.
+            reward_model: built from `cfg` if None.
+            make_annotator: starts the annotator (a test may give a slow or failing one).
+        """
+        self.cfg = cfg
+        self.reward_model = reward_model or build_reward_model(cfg, seed=seed)
+        self._make_annotator = make_annotator
+        self.annotator: Annotator | None = None
+        self.seen: set[Message] = set()
+        """Every message met so far (each is sent to the annotator once)."""
+        self._outbox: list[Message] = []
+        self._update_sums = [0.0, 0.0, 0.0]  # episodes, intrinsic, extrinsic
+        self._latency_before = 0.0
+        self._received_before = 0
+
+    def wrap_env(self, env: Any) -> Any:
+        return OniEnv(env, self)
+
+    def start(self, training: Training) -> None:
+        self.accelerator = training.accelerator
+        self.annotator = self._make_annotator(self.cfg)
+
+    def reward(self, message: Message) -> float:
+        """`r_llm(message)` now (queued for labelling if never seen)."""
+        if message not in self.seen:
+            self.seen.add(message)
+            self._outbox.append(message)
+        return self.reward_model.reward(message)
+
+    def episode_ended(self, intrinsic: float, extrinsic: float) -> None:
+        """An env's episode ended with these sums of rewards (before the coefficients)."""
+        self._update_sums[0] += 1
+        self._update_sums[1] += intrinsic
+        self._update_sums[2] += extrinsic
+
+    def exchange(self) -> None:
+        """Send the new messages, take the labels that arrived (never waits)."""
+        if self.annotator is None:
+            raise RuntimeError("OniHook.start was not called: no annotator")
+        if self._outbox:
+            self.annotator.submit(self._outbox)
+            self._outbox = []
+        labels = self.annotator.poll()
+        if labels:
+            self.reward_model.add(labels)
+
+    def after_step(self, actions: torch.Tensor, rewards: np.ndarray, dones: np.ndarray) -> None:
+        self.exchange()
+
+    def after_update(
+        self, training: Training, model: torch.nn.Module, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        self.exchange()
+        fitted = self.reward_model.fit()
+        stats = self.annotator.stats
+        received_now = stats.received - self._received_before
+        latency_now = stats.latency_seconds - self._latency_before
+        self._received_before, self._latency_before = stats.received, stats.latency_seconds
+        local = torch.tensor(
+            [
+                stats.sent,
+                stats.received,
+                stats.positive,
+                stats.busy_seconds,
+                received_now,
+                latency_now,
+                *self._update_sums,
+            ],
+            dtype=torch.float64,
+        )
+        self._update_sums = [0.0, 0.0, 0.0]
+        total = training.accelerator.reduce(local.to(training.accelerator.device), "sum").cpu()
+        sent, received, positive, busy, received_now, latency_now, episodes, intr, extr = (
+            total.tolist()
+        )
+        return fitted | {
+            "oni/messages_sent": sent,
+            "oni/labels_received": received,
+            "oni/labels_pending": sent - received,
+            "oni/positive_fraction": positive / received if received else math.nan,
+            "oni/annotator_labels_per_s": received / busy if busy else math.nan,
+            "oni/label_latency_s": latency_now / received_now if received_now else math.nan,
+            "oni/intrinsic_per_episode": intr / episodes if episodes else math.nan,
+            "oni/extrinsic_per_episode": extr / episodes if episodes else math.nan,
+        }
+
+    def close(self) -> None:
+        """Stop the annotator's process."""
+        if self.annotator is not None:
+            self.annotator.close()

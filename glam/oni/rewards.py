@@ -1,0 +1,217 @@
+"""ONI's reward models: from the annotator's labels to `r_llm(message)`, and the count decay.
+
+- `RetrievalReward`: a table of the labelled messages; a message not labelled yet is worth 0.
+- `ClassifierReward`: a small text classifier fitted online on the labels (a bag of hashed
+  word features of the goal and the event, and of the words they share, into an MLP); every
+  message gets `P(helpful)`, including those never labelled.
+- `NoReward`: 0 for every message (plain RL).
+
+`decayed(reward, count, beta)` is ONI's `r / N_episode(message) ** beta`.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from glam.config import OniConfig
+
+__all__ = [
+    "ClassifierReward",
+    "NoReward",
+    "RetrievalReward",
+    "RewardModel",
+    "build_reward_model",
+    "decayed",
+    "message_features",
+]
+
+Message = tuple[str, str]
+"""(goal, event), as `glam.oni.annotator.Message`."""
+
+FEATURE_BUCKETS = 4096
+"""Hashed feature slots of the classifier (crc32, the same in every process and run)."""
+
+
+def decayed(reward: float, count: int, beta: float) -> float:
+    """ONI's count decay: the `count`-th occurrence (1, 2, ...) in an episode of a message
+    worth `reward` adds `reward / count ** beta`."""
+    if count < 1:
+        raise ValueError(f"a message's count in its episode starts at 1, got {count}")
+    return reward / count**beta
+
+
+class RewardModel(ABC):
+    """`r_llm` of a message, learnt from the annotator's labels."""
+
+    @abstractmethod
+    def add(self, labels: Sequence[tuple[Message, float]]) -> None:
+        """Take newly received labels."""
+
+    @abstractmethod
+    def reward(self, message: Message) -> float:
+        """The message's intrinsic reward before the count decay, in [0, 1]."""
+
+    def fit(self) -> dict[str, float]:
+        """Learn from the labels received so far (after an update); returns metrics."""
+        return {}
+
+
+class NoReward(RewardModel):
+    """No intrinsic reward."""
+
+    def add(self, labels: Sequence[tuple[Message, float]]) -> None:
+        pass
+
+    def reward(self, message: Message) -> float:
+        return 0.0
+
+
+class RetrievalReward(RewardModel):
+    """The label of the message itself, 0 until it arrives."""
+
+    def __init__(self) -> None:
+        self.table: dict[Message, float] = {}
+
+    def add(self, labels: Sequence[tuple[Message, float]]) -> None:
+        self.table.update((message, float(label)) for message, label in labels)
+
+    def reward(self, message: Message) -> float:
+        return self.table.get(message, 0.0)
+
+
+def message_features(message: Message) -> list[int]:
+    """Hashed feature ids of a message: the goal's words, the event's words and word pairs,
+    and the event's words that also occur in the goal (so "you pick up the red box" can be
+    told apart under "pick up the red box" and "pick up the blue box")."""
+    goal, event = message
+    goal_words = goal.lower().replace(",", " ").split()
+    event_words = event.lower().replace(",", " ").split()
+    shared = set(goal_words) & set(event_words)
+    names = (
+        [f"g:{w}" for w in goal_words]
+        + [f"e:{w}" for w in event_words]
+        + [f"e2:{a}_{b}" for a, b in zip(event_words, event_words[1:], strict=False)]
+        + [f"s:{w}" for w in event_words if w in shared]
+    )
+    return [zlib.crc32(name.encode()) % FEATURE_BUCKETS for name in names]
+
+
+class _BagClassifier(nn.Module):
+    def __init__(self, hidden: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.embed = nn.EmbeddingBag(FEATURE_BUCKETS, hidden, mode="sum")
+        self.out = nn.Sequential(
+            nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+        )
+        with torch.no_grad():
+            for parameter in self.parameters():
+                if parameter.dim() > 1:
+                    bound = 1.0 / math.sqrt(parameter.shape[1])
+                    parameter.uniform_(-bound, bound, generator=generator)
+                else:
+                    parameter.zero_()
+
+    def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(ids, offsets)).squeeze(-1)
+
+
+class ClassifierReward(RewardModel):
+    """`P(helpful | message)` from a classifier trained on the labels (see the module
+    docstring): `steps` Adam steps on minibatches of the labels after each update that brought
+    new ones, while there are at most `max_examples`."""
+
+    def __init__(
+        self,
+        *,
+        steps: int = 32,
+        max_examples: int = 25_000,
+        lr: float = 1e-2,
+        hidden: int = 32,
+        batch_size: int = 256,
+        seed: int = 0,
+    ) -> None:
+        self.steps, self.max_examples, self.batch_size = steps, max_examples, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.model = _BagClassifier(hidden, self.generator)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self.messages: list[Message] = []
+        self.labels: list[float] = []
+        self._index: dict[Message, int] = {}
+        self._new = 0
+        self._cache: dict[Message, float] = {}
+        self.fitted = False
+
+    def add(self, labels: Sequence[tuple[Message, float]]) -> None:
+        for message, label in labels:
+            if message in self._index:  # a relabel replaces the example
+                self.labels[self._index[message]] = float(label)
+                continue
+            self._index[message] = len(self.messages)
+            self.messages.append(message)
+            self.labels.append(float(label))
+            self._new += 1
+
+    def reward(self, message: Message) -> float:
+        if not self.fitted:
+            return 0.0
+        if message not in self._cache:
+            self._cache[message] = float(self.probabilities([message])[0])
+        return self._cache[message]
+
+    @torch.no_grad()
+    def probabilities(self, messages: Sequence[Message]) -> torch.Tensor:
+        """`P(helpful)` of each message under the current classifier."""
+        return torch.sigmoid(self.model(*_bag(messages)))
+
+    def fit(self) -> dict[str, float]:
+        if not self._new or len(self.messages) > self.max_examples or not self.steps:
+            return {}
+        self._new = 0
+        labels = torch.tensor(self.labels)
+        losses = []
+        for _ in range(self.steps):
+            if len(self.messages) <= self.batch_size:
+                rows = torch.arange(len(self.messages))
+            else:
+                rows = torch.randint(
+                    len(self.messages), (self.batch_size,), generator=self.generator
+                )
+            logits = self.model(*_bag([self.messages[i] for i in rows.tolist()]))
+            loss = nn.functional.binary_cross_entropy_with_logits(logits, labels[rows])
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            losses.append(loss.item())
+        self.fitted = True
+        self._cache.clear()
+        with torch.no_grad():
+            accuracy = float(
+                ((self.probabilities(self.messages) > 0.5).float() == labels).float().mean()
+            )
+        return {"oni/classifier_loss": losses[-1], "oni/classifier_train_accuracy": accuracy}
+
+
+def _bag(messages: Sequence[Message]) -> tuple[torch.Tensor, torch.Tensor]:
+    features = [message_features(m) for m in messages]
+    offsets = torch.tensor([0] + [len(f) for f in features[:-1]]).cumsum(0)
+    return torch.tensor([i for f in features for i in f], dtype=torch.long), offsets
+
+
+def build_reward_model(cfg: OniConfig, *, seed: int = 0) -> RewardModel:
+    """The reward model `oni.reward_model` names."""
+    if cfg.reward_model == "retrieval":
+        return RetrievalReward()
+    if cfg.reward_model == "classification":
+        return ClassifierReward(
+            steps=cfg.classifier_steps,
+            max_examples=cfg.classifier_max_examples,
+            lr=cfg.classifier_lr,
+            seed=seed,
+        )
+    return NoReward()

@@ -1,0 +1,499 @@
+"""ONI: the oracle, the count decay, the reward models, the asynchronous annotator (newest
+first, each message once, never waited for, failures detected), the HTTP backend on a real
+server on 127.0.0.1, and ONI inside training runs.
+
+.venv/bin/python -m pytest tests/test_oni.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from accelerate import Accelerator
+from gymnasium import spaces
+from helpers_couplings import SMALL_SYMBOLIC
+from helpers_oni import Gated, failing, failing_at_start
+from helpers_tiny import one_torch_thread, save_tiny_model
+
+from babyai_text import get_action_space
+from glam.baselines.symbolic import build_symbolic_policy
+from glam.config import OniConfig, compose_config
+from glam.couplings import coupling_hooks
+from glam.llm.local import LocalChatClient
+from glam.llm.server import ChatServer
+from glam.models.loading import load_model
+from glam.oni.annotator import Annotator, AnnotatorError, JudgeLabeller, Message
+from glam.oni.hook import OniEnv, OniHook
+from glam.oni.oracle import mission_objects, oracle_label
+from glam.oni.rewards import ClassifierReward, RetrievalReward, decayed
+from glam.ppo.checkpoint import check_checkpoint, latest_checkpoint
+from glam.ppo.entry import run_training
+from glam.ppo.trainer import train
+from glam.teach.scorers import LocalScorer, OpenAIScorer
+
+__all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
+
+TIMING = ("elapsed_seconds", "charts/fps", "charts/rollout_fps", "charts/update_fps")
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
+def _wait_for(condition, seconds: float = 60.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s")
+        time.sleep(0.02)
+
+
+def _poll_until(annotator: Annotator, count: int, seconds: float = 60.0) -> list[list[Message]]:
+    """Poll until `count` labels came; what each poll returned."""
+    batches: list[list[Message]] = []
+    deadline = time.monotonic() + seconds
+    while sum(map(len, batches)) < count:
+        labels = annotator.poll()
+        if labels:
+            batches.append([message for message, _ in labels])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sum(map(len, batches))} of {count} labels in {seconds} s")
+        time.sleep(0.01)
+    return batches
+
+
+# --- The oracle, the decay, the reward models ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mission", "event", "label"),
+    [
+        ("pick up the purple box", "you pick up the yellow key", 1.0),
+        ("pick up the purple box", "you unlock the yellow door", 1.0),
+        ("pick up the purple box", "you open the yellow door", 1.0),
+        ("pick up the purple box", "you pick up the purple box", 1.0),
+        ("pick up the purple box", "you pick up the red box", 0.0),
+        ("pick up the purple box", "you close the yellow door", 0.0),
+        ("pick up the purple box", "you drop the yellow key", 0.0),
+        ("pick up the purple box", "the yellow door is locked", 0.0),
+        ("pick up the purple box", "you bump into the wall", 0.0),
+        ("pick up a ball", "you pick up the grey ball", 1.0),
+        ("put the red ball next to the green box", "you drop the red ball", 1.0),
+        ("put the red ball next to the green box", "you drop the green box", 0.0),
+        ("go to the red ball", "you open the red box", 0.0),
+        ("go to the red ball", "nothing happens", 0.0),
+    ],
+)
+def test_the_oracle_labels_progress(mission: str, event: str, label: float) -> None:
+    assert oracle_label(mission, event) == label
+
+
+def test_mission_objects() -> None:
+    assert mission_objects("put the red ball next to a box") == [("red", "ball"), (None, "box")]
+    assert mission_objects("open the door") == [(None, "door")]
+
+
+def test_count_decay() -> None:
+    assert decayed(1.0, 1, 3.0) == 1.0
+    assert decayed(1.0, 2, 3.0) == 1 / 8
+    assert decayed(0.5, 3, 1.0) == pytest.approx(0.5 / 3)
+    assert decayed(1.0, 5, 0.0) == 1.0
+    with pytest.raises(ValueError, match="starts at 1"):
+        decayed(1.0, 0, 3.0)
+
+
+def test_retrieval_reward_is_the_label_and_zero_before() -> None:
+    model = RetrievalReward()
+    a, b = ("pick up the red box", "you pick up the red box"), ("go", "nothing happens")
+    assert model.reward(a) == 0.0
+    model.add([(a, 1.0), (b, 0.0)])
+    assert (model.reward(a), model.reward(b)) == (1.0, 0.0)
+    assert model.reward(("other", "message")) == 0.0
+
+
+def _toy_labels(goal_colors: Sequence[str]) -> list[tuple[Message, float]]:
+    """Key pick-ups help, the goal's box helps, other boxes and failures do not."""
+    labels = []
+    for goal_color in goal_colors:
+        goal = f"pick up the {goal_color} box"
+        for color in ("red", "green", "blue", "purple", "yellow", "grey"):
+            labels.append(((goal, f"you pick up the {color} key"), 1.0))
+            labels.append(((goal, f"you pick up the {color} box"), float(color == goal_color)))
+            labels.append(((goal, f"you bump into the {color} ball"), 0.0))
+        labels.append(((goal, "nothing happens"), 0.0))
+    return labels
+
+
+def test_the_classifier_fits_toy_labels_and_rewards_unseen_messages() -> None:
+    model = ClassifierReward(steps=200, lr=1e-2, seed=0)
+    train_labels = _toy_labels(["red", "blue", "purple", "yellow"])
+    model.add(train_labels)
+    probe = ("pick up the red box", "you pick up the red key")
+    assert model.reward(probe) == 0.0  # not fitted yet
+    metrics = model.fit()
+    assert metrics["oni/classifier_train_accuracy"] == 1.0
+    assert model.fit() == {}  # no new labels: no new fit
+    for message, label in train_labels:
+        assert (model.reward(message) > 0.5) == (label == 1.0), message
+    # goals never labelled: key pick-ups and bumps generalise
+    assert model.reward(("pick up the green box", "you pick up the grey key")) > 0.8
+    assert model.reward(("pick up the grey box", "you bump into the red ball")) < 0.2
+    # the same seed fits the same classifier
+    again = ClassifierReward(steps=200, lr=1e-2, seed=0)
+    again.add(train_labels)
+    again.fit()
+    assert again.reward(probe) == model.reward(probe)
+
+
+# --- The env and the hook, with an annotator in this process ------------------------------------
+
+
+class ScriptedEnv(gym.Env):
+    """A stand-in for `babyai_text.TextEnv` whose steps report scripted events."""
+
+    def __init__(self, script: list[list[str]], *, done_at: int = 99) -> None:
+        self.script, self.done_at = script, done_at
+        self.action_space_def = get_action_space("default")
+        self.action_words = self.action_space_def.words
+        self.action_space = spaces.Discrete(len(self.action_words))
+        self.observation_space = spaces.Dict({})
+        self.language, self.mission, self.task_type = "en", "pick up the red box", "pickup"
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        self.t = 0
+        return {"mission": self.mission}, {"events": []}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        events = self.script[self.t % len(self.script)]
+        self.t += 1
+        done = self.t >= self.done_at
+        return {"mission": self.mission}, 0.5 * done, done, False, {"events": events}
+
+
+class InProcessAnnotator:
+    """The annotator's interface, labelling by the oracle at the next poll; records submits."""
+
+    def __init__(self, cfg: OniConfig) -> None:
+        self.submitted: list[list[Message]] = []
+        self.queued: list[Message] = []
+        self.closed = False
+
+        class Stats:
+            sent = received = positive = 0
+            busy_seconds = latency_seconds = 0.0
+
+        self.stats = Stats()
+
+    def submit(self, messages: Sequence[Message]) -> None:
+        self.submitted.append(list(messages))
+        self.queued.extend(messages)
+        self.stats.sent += len(messages)
+
+    def poll(self) -> list[tuple[Message, float]]:
+        labels = [(m, oracle_label(*m)) for m in self.queued]
+        self.queued = []
+        self.stats.received += len(labels)
+        return labels
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _hook(**settings: Any) -> OniHook:
+    hook = OniHook(
+        OniConfig(reward_model="retrieval", backend="oracle", **settings),
+        make_annotator=InProcessAnnotator,
+    )
+    hook.start(type("Training", (), {"accelerator": None})())
+    return hook
+
+
+def test_the_env_mixes_rewards_and_decays_counts_within_an_episode() -> None:
+    hook = _hook(extrinsic_coef=2.0, intrinsic_coef=0.1, beta=3.0)
+    key = "you pick up the yellow key"
+    env = OniEnv(ScriptedEnv([[key], [], [key, "you bump into the wall"]], done_at=4), hook)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(0)
+    assert reward == 0.0 and info["oni"] == {"intrinsic": 0.0, "extrinsic": 0.0}  # not labelled
+    hook.exchange()  # the label arrives
+    assert hook.reward_model.reward(("pick up the red box", key)) == 1.0
+    _, reward, *_ = env.step(0)  # no event
+    assert reward == 0.0
+    _, reward, _, _, info = env.step(0)  # the key's 2nd occurrence: 1 / 2**3
+    assert info["oni"]["intrinsic"] == pytest.approx(1 / 8)
+    assert reward == pytest.approx(0.1 / 8)
+    _, reward, terminated, _, info = env.step(0)  # 3rd occurrence, and the episode ends
+    assert terminated and info["oni"]["intrinsic"] == pytest.approx(1 / 27)
+    assert reward == pytest.approx(2.0 * 0.5 + 0.1 / 27)
+    assert hook._update_sums == pytest.approx([1, 1 / 8 + 1 / 27, 0.5])
+    env.reset(seed=1)  # counts start afresh
+    _, reward, _, _, info = env.step(0)
+    assert info["oni"]["intrinsic"] == 1.0 and reward == pytest.approx(0.1)
+    assert (env.action_words, env.mission, env.task_type) == (
+        get_action_space("default").words,
+        "pick up the red box",
+        "pickup",
+    )
+
+
+def test_the_hook_sends_each_message_once() -> None:
+    hook = _hook()
+    events = ["you pick up the yellow key", "nothing happens"]
+    envs = [OniEnv(ScriptedEnv([[e] for e in events] * 3, done_at=3), hook) for _ in range(3)]
+    for env in envs:
+        env.reset(seed=0)
+    for _ in range(6):
+        for env in envs:
+            _, _, done, _, _ = env.step(0)
+            if done:
+                env.reset(seed=0)
+        hook.exchange()
+    sent = [m for batch in hook.annotator.submitted for m in batch]
+    assert sorted(sent) == sorted(("pick up the red box", e) for e in events)
+    hook.close()
+    assert hook.annotator.closed
+
+
+# --- The annotator's process --------------------------------------------------------------------
+
+
+def test_the_annotator_labels_newest_first_and_the_learner_never_waits(tmp_path: Path) -> None:
+    log, gate = tmp_path / "batches.jsonl", tmp_path / "gate"
+    cfg = OniConfig(reward_model="retrieval", batch_size=2)
+    annotator = Annotator(cfg, make_labeller=Gated(log, gate))
+    try:
+        a, b, c, d, e = [("goal", f"event {i}") for i in range(5)]
+        annotator.submit([a])
+        _wait_for(lambda: log.exists())  # the annotator holds a, its first batch
+        for message in (b, c, d, e):
+            annotator.submit([message])
+        assert annotator.poll() == []  # nothing yet, and no waiting for it
+        assert annotator.stats.pending == 5
+        gate.touch()
+        received = [m for batch in _poll_until(annotator, 5) for m in batch]
+        logged = [[tuple(m) for m in json.loads(line)] for line in log.read_text().splitlines()]
+        assert logged == [[a], [d, e], [b, c]]  # newest first, two at a time, each once
+        assert received == [a, d, e, b, c]
+        stats = annotator.stats
+        assert (stats.sent, stats.received, stats.positive, stats.pending) == (5, 5, 5, 0)
+        assert stats.latency_seconds > 0 and annotator.ready
+    finally:
+        annotator.close()
+    assert not annotator.process.is_alive()
+
+
+def test_the_oracle_annotator_labels_in_its_process() -> None:
+    annotator = Annotator(OniConfig(reward_model="retrieval", backend="oracle"))
+    messages = [("pick up the red box", "you pick up the red box"), ("go", "nothing happens")]
+    try:
+        annotator.submit(messages)
+        _poll_until(annotator, 2)
+        assert annotator.stats.positive == 1
+    finally:
+        annotator.close()
+
+
+def test_an_annotator_whose_labeller_fails_stops_the_run_with_its_message() -> None:
+    for make, message in ((failing, "fell off the bus"), (failing_at_start, "no judging model")):
+        annotator = Annotator(OniConfig(reward_model="retrieval"), make_labeller=make)
+        annotator.submit([("goal", "event")])
+        with pytest.raises(AnnotatorError, match=message):
+            _poll_until(annotator, 1)
+        assert not annotator.process.is_alive()
+
+
+def test_an_annotator_that_dies_or_hangs_is_detected(tmp_path: Path) -> None:
+    cfg = OniConfig(reward_model="retrieval", hang_timeout=600.0)
+    annotator = Annotator(cfg, make_labeller=Gated(tmp_path / "log", tmp_path / "never"))
+    annotator.submit([("goal", "event")])
+    _wait_for(lambda: (tmp_path / "log").exists())
+    os.kill(annotator.process.pid, signal.SIGKILL)
+    with pytest.raises(AnnotatorError, match="died"):
+        _poll_until(annotator, 1)
+    cfg = OniConfig(reward_model="retrieval", hang_timeout=1.0)
+    annotator = Annotator(cfg, make_labeller=Gated(tmp_path / "log2", tmp_path / "never"))
+    annotator.submit([("goal", "event")])
+    with pytest.raises(AnnotatorError, match="hung"):
+        _poll_until(annotator, 1)
+    assert not annotator.process.is_alive()  # closed by the error
+
+
+# --- The HTTP backend, on a server on 127.0.0.1 -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_folder: Path) -> Iterator[ChatServer]:
+    model, tokenizer = load_model(str(tiny_folder))
+    with ChatServer(LocalChatClient(model, tokenizer, model_id="tiny"), port=0) as served:
+        served.start()
+        yield served
+
+
+MESSAGES = [
+    ("pick up the purple box", "you pick up the yellow key"),
+    ("pick up the purple box", "you bump into the wall"),
+    ("go to the red ball", "you open the red door"),
+]
+
+
+def test_the_http_judge_equals_the_local_judge(tiny_folder: Path, server: ChatServer) -> None:
+    local = JudgeLabeller(LocalScorer.load(str(tiny_folder)))
+    remote = JudgeLabeller(OpenAIScorer(server.url, timeout=30, max_retries=0, setting="oni"))
+    here, there = local.preferences(MESSAGES), remote.preferences(MESSAGES)
+    assert there == pytest.approx(here, abs=1e-4)
+    assert remote.label(MESSAGES) == [float(m > 0) for m in here]
+    cfg = OniConfig(reward_model="retrieval", backend="openai", base_url=server.url, timeout=30)
+    annotator = Annotator(cfg)  # the same judge, from the annotator's process
+    try:
+        annotator.submit(MESSAGES)
+        labels = dict((message, label) for batch in [annotator.poll()] for message, label in batch)
+        deadline = time.monotonic() + 120
+        while len(labels) < len(MESSAGES) and time.monotonic() < deadline:
+            labels.update(annotator.poll())
+            time.sleep(0.02)
+        assert [labels[m] for m in MESSAGES] == [float(m > 0) for m in here]
+    finally:
+        annotator.close()
+
+
+def test_an_unreachable_server_stops_the_annotator_naming_the_key() -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    cfg = OniConfig(
+        reward_model="retrieval",
+        backend="openai",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        max_retries=0,
+        timeout=5.0,
+    )
+    annotator = Annotator(cfg)
+    annotator.submit([("goal", "event")])
+    with pytest.raises(AnnotatorError, match="oni.base_url"):
+        _poll_until(annotator, 1)
+
+
+# --- In the trainer ----------------------------------------------------------------------------
+
+LEVEL = ["env.name=BabyAI-UnlockPickup-v0", "env.action_space=default"]
+
+
+def test_oni_settings_are_checked_and_name_the_coupling() -> None:
+    with pytest.raises(ValueError, match="oni.reward_model='ranking'"):
+        OniConfig(reward_model="ranking")
+    with pytest.raises(ValueError, match="oni.backend='vllm'"):
+        OniConfig(backend="vllm")
+    with pytest.raises(ValueError, match="oni.intrinsic_coef"):
+        OniConfig(intrinsic_coef=-1.0)
+    with pytest.raises(ValueError, match="policy.kind=symbolic or llm"):
+        compose_config("drrn", ["oni.reward_model=retrieval"])
+    preset = compose_config("oni_symbolic")
+    assert (preset.oni.reward_model, preset.oni.backend) == ("retrieval", "local")
+    assert preset.env.name == "BabyAI-UnlockPickup-v0"
+    assert [type(h) for h in coupling_hooks(preset)] == [OniHook]
+    assert coupling_hooks(compose_config("oni_symbolic", ["oni.reward_model=none"])) == []
+
+
+def test_oni_without_intrinsic_weight_trains_exactly_as_plain_ppo(tmp_path: Path) -> None:
+    accelerator = Accelerator(cpu=True)
+    runs = {}
+    for name, preset, extra in (
+        ("plain", "symbolic_ppo", []),
+        ("oni", "oni_symbolic", ["oni.backend=oracle", "oni.intrinsic_coef=0"]),
+    ):
+        cfg = compose_config(
+            preset, [*SMALL_SYMBOLIC, *LEVEL, *extra, f"train.output_dir={tmp_path / name}"]
+        )
+        hooks = coupling_hooks(cfg)
+        train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
+        runs[name] = _metrics(tmp_path / name)
+    for plain, oni in zip(runs["plain"], runs["oni"], strict=True):
+        assert {k for k in oni if not k.startswith("oni/")} == plain.keys()
+        for key, value in plain.items():
+            if key not in TIMING:
+                assert oni[key] == value, key
+    last = runs["oni"][-1]
+    assert float(last["oni/messages_sent"]) > 0
+    assert float(last["oni/labels_received"]) + float(last["oni/labels_pending"]) == float(
+        last["oni/messages_sent"]
+    )
+    assert multiprocessing.active_children() == []  # the annotator stopped with the run
+
+
+def _ready_annotator(cfg: OniConfig) -> Annotator:
+    """An annotator whose process has started (before any message: polls return nothing)."""
+    annotator = Annotator(cfg)
+    _wait_for(lambda: annotator.poll() == [] and annotator.ready)
+    return annotator
+
+
+def test_an_oni_run_rewards_labelled_events(tmp_path: Path) -> None:
+    cfg = compose_config(
+        "oni_symbolic",
+        [
+            *SMALL_SYMBOLIC,
+            "oni.backend=oracle",
+            "oni.reward_model=classification",
+            "oni.intrinsic_coef=1.0",
+            "train.total_frames=640",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    hooks = [OniHook(cfg.oni, make_annotator=_ready_annotator)]  # a run shorter than a spawn
+    train(cfg, Accelerator(cpu=True), tmp_path, make_policy=build_symbolic_policy, hooks=hooks)
+    rows = _metrics(tmp_path)
+    assert float(rows[-1]["oni/labels_received"]) > 0
+    fitted = [row for row in rows if row.get("oni/classifier_train_accuracy")]
+    assert fitted, "the classifier never fitted"
+    assert 0.0 <= float(rows[-1]["oni/positive_fraction"]) <= 1.0
+
+
+def test_a_hung_annotator_stops_the_run_and_keeps_its_checkpoints(tmp_path: Path) -> None:
+    # The oracle labels its first batch, then sleeps: the next messages wait past the time-out.
+    cfg = compose_config(
+        "oni_symbolic",
+        [
+            *SMALL_SYMBOLIC,
+            "oni.backend=oracle",
+            "oni.delay=1000",
+            "oni.hang_timeout=4",
+            "train.total_frames=100000",
+            "train.save_every=1",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+
+    def trainer(cfg, accelerator, run_dir, stop):  # noqa: ANN001, ANN202
+        return train(
+            cfg,
+            accelerator,
+            run_dir,
+            stop=stop,
+            make_policy=build_symbolic_policy,
+            hooks=coupling_hooks(cfg),
+        )
+
+    status = run_training(cfg, trainer, config_name="oni_symbolic")
+    assert status == 4
+    last = latest_checkpoint(tmp_path)
+    assert last is not None, "no checkpoint was written before the annotator hung"
+    assert check_checkpoint(last).update >= 1  # complete and readable
+    assert multiprocessing.active_children() == []
