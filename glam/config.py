@@ -626,6 +626,10 @@ class OniConfig:
     """`backend=openai`: seconds to wait for an answer (then retried, see `max_retries`)."""
     max_retries: int = 4
     """`backend=openai`: retries of a failed request (connection, time-out, 429, 5xx)."""
+    calibrate: bool = True
+    """`local`/`openai`: compare the judge's margin `log P(yes) - log P(no)` with its margin for
+    content-free events under the same goal (contextual calibration) instead of with 0: the
+    embedded SmolLM2 answers "no" to every event uncalibrated (docs/oni.md)."""
     extrinsic_coef: float = 1.0
     """Weight of the env's reward."""
     intrinsic_coef: float = 0.1

@@ -4,7 +4,8 @@ The learner `submit`s each message once; the annotator's process keeps the messa
 labelled and labels the newest first, `oni.batch_size` at a time, with one of the labellers:
 
 - `JudgeLabeller` (`oni.backend=local` or `openai`): a language model's preference for "yes"
-  over "no" after `JUDGE_PROMPT` (the goal and the event), scored in-process by
+  over "no" after `JUDGE_PROMPT` (the goal and the event), beyond its bias measured on
+  content-free events (`oni.calibrate`), scored in-process by
   `glam.teach.scorers.LocalScorer` or by an OpenAI-compatible endpoint (`OpenAIScorer`);
 - `OracleLabeller` (`oni.backend=oracle`): the task's own notion of progress
   (`glam.oni.oracle`), a control.
@@ -60,6 +61,8 @@ JUDGE_PROMPT = (
 )
 """The judging prompt; the label is 1 when the judge scores " yes" above " no" after it."""
 ANSWERS = ("yes", "no")
+CONTENT_FREE = ("N/A", "[MASK]", "")
+"""Events that say nothing, whose margins measure the judge's bias (`JudgeLabeller`)."""
 
 HEALTH_CHECK_SECONDS = 1.0
 """The learner looks at the annotator's process at most this often (when no labels came)."""
@@ -88,17 +91,44 @@ class OracleLabeller(Labeller):
 
 
 class JudgeLabeller(Labeller):
-    """A language model as the judge: 1.0 when `log P(" yes") > log P(" no")` after
-    `JUDGE_PROMPT`."""
+    """A language model as the judge: 1.0 when its margin `log P(" yes") - log P(" no")` after
+    `JUDGE_PROMPT` is above its bias.
 
-    def __init__(self, scorer: SubgoalScorer) -> None:
+    With `calibrate` (contextual calibration, Zhao et al. 2021), the bias is the judge's mean
+    margin for the same goal with the content-free events of `CONTENT_FREE` (what it answers
+    when nothing happened at all); without, it is 0. A small model can say "no" (or "yes") to
+    everything while still ranking helpful events above the others: calibration keeps that
+    ranking and moves the threshold to where its answers carry information.
+    """
+
+    def __init__(self, scorer: SubgoalScorer, *, calibrate: bool = True) -> None:
         self.scorer = scorer
+        self.calibrate = calibrate
+        self._bias: dict[str, float] = {}
 
-    def preferences(self, messages: Sequence[Message]) -> list[float]:
+    def margins(self, messages: Sequence[Message]) -> list[float]:
         """`log P(yes) - log P(no)` per message."""
+        if not messages:
+            return []
         prompts = [JUDGE_PROMPT.format(goal=goal, event=event) for goal, event in messages]
         scores = self.scorer.log_likelihoods(prompts, [list(ANSWERS)] * len(prompts))
         return [float(score[0] - score[1]) for score in scores]
+
+    def bias(self, goal: str) -> float:
+        """The threshold of the goal's margins (0 without `calibrate`)."""
+        if not self.calibrate:
+            return 0.0
+        if goal not in self._bias:
+            margins = self.margins([(goal, event) for event in CONTENT_FREE])
+            self._bias[goal] = sum(margins) / len(margins)
+        return self._bias[goal]
+
+    def preferences(self, messages: Sequence[Message]) -> list[float]:
+        """Each message's margin minus its goal's bias: > 0 is a "yes"."""
+        return [
+            margin - self.bias(goal)
+            for (goal, _), margin in zip(messages, self.margins(messages), strict=True)
+        ]
 
     def label(self, messages: Sequence[Message]) -> list[float]:
         return [float(margin > 0) for margin in self.preferences(messages)]
@@ -111,7 +141,7 @@ def build_labeller(cfg: OniConfig) -> Labeller:
     """The labeller `oni.backend` names (the judging model is loaded or connected to here)."""
     if cfg.backend == "oracle":
         return OracleLabeller()
-    return JudgeLabeller(build_scorer(cfg, "oni"))
+    return JudgeLabeller(build_scorer(cfg, "oni"), calibrate=cfg.calibrate)
 
 
 @dataclass
