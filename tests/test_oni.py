@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 from accelerate import Accelerator
 from gymnasium import spaces
 from helpers_couplings import SMALL_SYMBOLIC
@@ -33,7 +36,8 @@ from glam.couplings import coupling_hooks
 from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
 from glam.models.loading import load_model
-from glam.oni.annotator import Annotator, AnnotatorError, JudgeLabeller, Message
+from glam.oni.agreement import agreement, collect_messages, draw
+from glam.oni.annotator import CONTENT_FREE, Annotator, AnnotatorError, JudgeLabeller, Message
 from glam.oni.hook import OniEnv, OniHook
 from glam.oni.oracle import mission_objects, oracle_label
 from glam.oni.rewards import ClassifierReward, RetrievalReward, decayed
@@ -497,3 +501,80 @@ def test_a_hung_annotator_stops_the_run_and_keeps_its_checkpoints(tmp_path: Path
     assert last is not None, "no checkpoint was written before the annotator hung"
     assert check_checkpoint(last).update >= 1  # complete and readable
     assert multiprocessing.active_children() == []
+
+
+# --- The judge's agreement with the oracle ------------------------------------------------------
+
+
+class MarginScorer:
+    """Scores " yes" at the margin `margin(prompt)` above " no"."""
+
+    def __init__(self, margin) -> None:  # noqa: ANN001
+        self.margin = margin
+
+    def log_likelihoods(self, prompts, candidates):  # noqa: ANN001, ANN201
+        return [torch.tensor([self.margin(p), 0.0]) for p in prompts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_calibrated_judge_compares_with_its_content_free_margin() -> None:
+    def margin(prompt: str) -> float:  # biased to "no"; less so for keys
+        event = prompt.split("What just happened: ")[1].split(".\n")[0]
+        return -1.0 if "key" in event else -3.0 if event in CONTENT_FREE else -4.0
+
+    messages = [("pick up the red box", "you pick up the red key"), ("pick up", "nothing happens")]
+    assert JudgeLabeller(MarginScorer(margin), calibrate=False).label(messages) == [0.0, 0.0]
+    calibrated = JudgeLabeller(MarginScorer(margin))
+    assert calibrated.label(messages) == [1.0, 0.0]
+    assert calibrated.preferences(messages) == [2.0, -1.0]  # margin minus the goal's bias of -3
+    assert calibrated.bias("pick up the red box") == -3.0
+
+
+def test_agreement_measures_by_hand() -> None:
+    result = agreement([1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0], [2.0, -1.0, -3.0, 0.5])
+    assert result["agreement"] == 0.5 and result["base_rate"] == 0.5
+    assert result["judged_positive_rate"] == 0.5 and result["constant_agreement"] == 0.5
+    assert result["cohen_kappa"] == 0.0 and result["balanced_accuracy"] == 0.5
+    assert result["margin_auc"] == 0.75  # 3 of the 4 (positive, negative) pairs ranked right
+    always_no = agreement([1.0, 0.0, 0.0, 0.0], [0.0] * 4)
+    assert always_no["agreement"] == 0.75 == always_no["constant_agreement"]
+    assert always_no["cohen_kappa"] == 0.0 and always_no["true_positive_rate"] == 0.0
+    with pytest.raises(ValueError, match="as many"):
+        agreement([1.0], [])
+
+
+def test_collected_messages_are_distinct_seeded_and_hold_progress() -> None:
+    level = ["BabyAI-UnlockPickup-v0"]
+    messages = collect_messages(level, episodes_per_level=2, noise=0.3, seed=0)
+    assert messages == collect_messages(level, episodes_per_level=2, noise=0.3, seed=0)
+    assert len(set(messages)) == len(messages)
+    assert all(goal.startswith("pick up the") and goal.endswith("box") for goal, _ in messages)
+    bot_only = collect_messages(level, episodes_per_level=1, noise=0.0, seed=0)
+    assert [oracle_label(*m) for m in bot_only].count(1.0) >= 3  # key, door, box
+    assert draw(messages, 3, seed=0) == draw(messages, 3, seed=0) and len(draw(messages, 3)) == 3
+
+
+def test_the_agreement_script_writes_its_tables(tiny_folder: Path, tmp_path: Path) -> None:
+    script = [
+        sys.executable,
+        str(Path(__file__).parent.parent / "scripts" / "oni_label_agreement.py"),
+    ]
+    common = ["--levels", "BabyAI-UnlockPickup-v0", "--episodes-per-level", "1"]
+    done = subprocess.run(
+        [*script, *common, "--model", str(tiny_folder), "--messages", "4", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "agreement.json").read_text())
+    assert result["messages"] == 4 and result["calibrated"] is True
+    assert len((tmp_path / "messages.jsonl").read_text().splitlines()) == 4
+    assert "| event |" in (tmp_path / "agreement.md").read_text() and "| event |" in done.stdout
+    bad = subprocess.run(
+        [*script, "--levels", "BabyAI-Nowhere-v0", "--out", str(tmp_path / "bad")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "BabyAI-Nowhere-v0" in bad.stderr
