@@ -11,7 +11,8 @@ An event (`babyai_text`'s `info["events"]`) helps reach a goal (the mission) whe
 Everything else is worth 0: failed actions, bumping into things, closing doors, picking up or
 dropping other objects, opening boxes, walking through doors. The rule reads only the two
 texts, as the LLM does; it is exact on levels like BabyAI-UnlockPickup-v0 (fetch the key,
-open the door, pick up the box) and a fair judge of the others.
+open the door, pick up the box) and a fair judge of the others. It reads English: the events
+and missions of a French env (`env.language=fr`) are all worth 0 to it.
 """
 
 from __future__ import annotations
