@@ -55,6 +55,7 @@ def sandbox():
         (action("from os import path\nreturn 'done'"), "import is not allowed"),
         (action("return ().__class__"), '"__class__" is an invalid attribute name'),
         (action("return ().__class__.__bases__[0].__subclasses__()"), "invalid attribute name"),
+        (action("return (x for x in ()).gi_frame.f_back"), '"f_back" is a restricted name'),
         (action("x = view._mapping\nreturn 'done'"), '"_mapping" is an invalid attribute name'),
         (action("return open('/etc/passwd').read()"), "open is not allowed"),
         (action("return eval('1')"), "Eval calls are not allowed"),
@@ -347,7 +348,7 @@ def without_location(mission: str) -> str:
 @pytest.mark.slow
 def test_library_skills_solve_real_levels() -> None:
     """Thresholds a little under what was measured (50 seeds: GoToLocal 49, PickupLoc 44;
-    30 seeds of UnlockLocal by "pick up the key" then "open the door"); PickupLoc's locations
+    UnlockLocal 29 of 30 by "pick up the key" then "open the door"); PickupLoc's locations
     ("the red ball on your left") are ignored, the closest such object taken."""
     assert success_rate("BabyAI-GoToLocal-v0", range(50), lambda mission: [mission]) >= 0.9
     pick = success_rate(
@@ -356,13 +357,24 @@ def test_library_skills_solve_real_levels() -> None:
         lambda mission: [without_location(mission).replace("pick up a ", "pick up the ")],
     )
     assert pick >= 0.8
-    door = lambda mission: mission.split()[-2]  # noqa: E731  "open the red door"
-    unlock = success_rate(
-        "BabyAI-UnlockLocal-v0",
-        range(30),
-        lambda mission: [f"pick up the {door(mission)} key", f"open the {door(mission)} door"],
+    unlock = success_rate(  # "open the door": the room's one locked door, its key in the room
+        "BabyAI-UnlockLocal-v0", range(30), lambda mission: ["pick up the key", mission]
     )
     assert unlock >= 0.8
+
+
+def test_explore_walks_off_in_a_maze_of_rooms(sandbox) -> None:
+    """Measured: 16 steps and "done" in 20 seeds of 20, the agent elsewhere in 19."""
+    env = babyai_text.make("BabyAI-GoToObjMaze-v0")
+    coded = CodedActionsEnv(env, {"explore": skill_source("explore")}, sandbox)
+    moved = 0
+    for seed in range(10):
+        coded.reset(seed=seed)
+        start = tuple(env.unwrapped.agent_pos)
+        _, _, _, _, info = coded.step("explore")
+        assert (info["codeact"]["outcome"], info["primitive_steps"]) == ("done", 16)
+        moved += tuple(env.unwrapped.agent_pos) != start
+    assert moved >= 8
 
 
 def test_skill_names_parse_to_their_templates() -> None:

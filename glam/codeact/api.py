@@ -43,7 +43,7 @@ numbers, strings, and tuples, lists, sets and dicts of them.
 The language is a restricted Python: no `import`, no classes, no names or attributes starting
 with "_", no `open`, `eval`, `exec`, `globals`, `getattr`; builtins such as `len`, `range`,
 `min`, `max`, `sorted`, `enumerate`, `zip`, `abs`, `math` are there; `print` prints nothing.
-Each call may run at most 10000 lines and take at most 1 second.
+Each call may run at most 10000 lines and take at most 1 second (the sandbox's defaults).
 
 Example: walk forward until something is in front, then stop.
 

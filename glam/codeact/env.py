@@ -27,6 +27,7 @@ reads to keep, drop or rewrite coded actions.
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
@@ -119,8 +120,7 @@ class CodedActionsEnv(gym.Wrapper):
             raise ValueError(f"coded action names {clashes} clash with primitive action words")
         if tuple(sandbox.action_words) != primitives:
             raise ValueError(
-                f"the sandbox's action words {sandbox.action_words} are not the env's "
-                f"{primitives}"
+                f"the sandbox's action words {sandbox.action_words} are not the env's {primitives}"
             )
         if max_steps_per_action < 1:
             raise ValueError(f"max_steps_per_action must be >= 1, got {max_steps_per_action}")
@@ -246,9 +246,9 @@ class CodedActionsEnv(gym.Wrapper):
     def _index(self, action: int | str) -> int:
         if isinstance(action, str) and action in self.action_words:
             return self.action_words.index(action)
-        if isinstance(action, int) and not isinstance(action, bool):
-            if 0 <= action < len(self.action_words):
-                return action
+        is_integer = isinstance(action, numbers.Integral) and not isinstance(action, bool)
+        if is_integer and 0 <= int(action) < len(self.action_words):
+            return int(action)
         raise ValueError(
             f"invalid action {action!r}; allowed: {list(self.action_words)} or their index"
         )

@@ -84,14 +84,14 @@ def approach(view, memory, wanted):
 
 
 def _matcher(color: str | None, kind: str | None, state: str | None = None) -> str:
-    return f'''
+    return f"""
 COLOR, TYPE, STATE = {color!r}, {kind!r}, {state!r}
 
 
 def is_target(cell):
     return ((TYPE is None or cell[0] == TYPE) and (COLOR is None or cell[1] == COLOR)
             and (STATE is None or cell[2] == STATE))
-'''
+"""
 
 
 def go_to(color: str | None, kind: str | None) -> str:
@@ -99,11 +99,11 @@ def go_to(color: str | None, kind: str | None) -> str:
     return (
         PLANNER
         + _matcher(color, kind)
-        + '''
+        + """
 
 def step(view, memory):
     return approach(view, memory, is_target) or "done"
-'''
+"""
     )
 
 
@@ -112,7 +112,7 @@ def pick_up(color: str | None, kind: str | None) -> str:
     return (
         PLANNER
         + _matcher(color, kind)
-        + '''
+        + """
 
 def step(view, memory):
     carrying = view["carrying"]
@@ -121,7 +121,7 @@ def step(view, memory):
     if carrying is not None:  # hands full of something else: put it down where there is room
         return "drop" if view["front"][0] == "empty" else "turn left"
     return approach(view, memory, is_target) or "pick up"
-'''
+"""
     )
 
 
@@ -130,7 +130,7 @@ def open_door(color: str | None) -> str:
     return (
         PLANNER
         + _matcher(color, "door")
-        + '''
+        + """
 
 def closed(cell):
     return is_target(cell) and cell[2] != "open"
@@ -147,7 +147,7 @@ def step(view, memory):
         return "done"  # no key in hand: nothing more to do here
     memory["toggled"] = True
     return "toggle"
-'''
+"""
     )
 
 

@@ -80,8 +80,22 @@ _REFUSED_NAMES = frozenset(
 _EXTRA_BUILTINS = {
     name: getattr(builtins, name)
     for name in (
-        "all", "any", "dict", "enumerate", "filter", "frozenset", "list", "map", "max", "min",
-        "reversed", "set", "sorted", "sum", "tuple", "zip",
+        "all",
+        "any",
+        "dict",
+        "enumerate",
+        "filter",
+        "frozenset",
+        "list",
+        "map",
+        "max",
+        "min",
+        "reversed",
+        "set",
+        "sorted",
+        "sum",
+        "tuple",
+        "zip",
     )  # fmt: skip
 }
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
@@ -117,7 +131,9 @@ class SandboxConfig:
         if self.timeout_s <= 0 or self.start_timeout_s <= 0:
             raise ValueError("timeout_s and start_timeout_s must be positive")
         if self.cpu_s < 1 or self.memory_mb < 1:
-            raise ValueError(f"cpu_s and memory_mb must be >= 1, got {self.cpu_s}, {self.memory_mb}")
+            raise ValueError(
+                f"cpu_s and memory_mb must be >= 1, got {self.cpu_s}, {self.memory_mb}"
+            )
 
 
 @dataclass(frozen=True)
