@@ -578,3 +578,28 @@ def test_the_agreement_script_writes_its_tables(tiny_folder: Path, tmp_path: Pat
         text=True,
     )
     assert bad.returncode == 2 and "BabyAI-Nowhere-v0" in bad.stderr
+
+
+def test_oni_joins_a_language_model_policy(tmp_path: Path) -> None:
+    """Any policy of the trainer: the tiny language-model preset, on UnlockPickup's actions."""
+    cfg = compose_config(
+        "tiny",
+        [
+            *LEVEL,
+            "oni.reward_model=retrieval",
+            "oni.backend=oracle",
+            "env.num_envs=2",
+            "ppo.frames_per_env=8",
+            "ppo.minibatch_size=16",
+            "ppo.epochs=1",
+            "train.total_frames=32",
+            "train.progress_bar=false",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    hooks = coupling_hooks(cfg)
+    assert [type(hook) for hook in hooks] == [OniHook]
+    train(cfg, Accelerator(cpu=True), tmp_path, hooks=hooks)
+    rows = _metrics(tmp_path)
+    assert len(rows) == 2 and float(rows[-1]["oni/messages_sent"]) > 0
+    assert multiprocessing.active_children() == []
