@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -38,7 +39,7 @@ from glam.llm.server import ChatServer
 from glam.models.loading import load_model
 from glam.oni.agreement import agreement, collect_messages, draw
 from glam.oni.annotator import CONTENT_FREE, Annotator, AnnotatorError, JudgeLabeller, Message
-from glam.oni.hook import OniEnv, OniHook
+from glam.oni.hook import OniEnv, OniHook, labels_path, read_labels
 from glam.oni.oracle import mission_objects, oracle_label
 from glam.oni.rewards import ClassifierReward, RetrievalReward, decayed
 from glam.ppo.checkpoint import check_checkpoint, latest_checkpoint
@@ -216,17 +217,17 @@ class InProcessAnnotator:
         self.closed = True
 
 
-def _hook(**settings: Any) -> OniHook:
+def _hook(run_dir: Path, **settings: Any) -> OniHook:
     hook = OniHook(
         OniConfig(reward_model="retrieval", backend="oracle", **settings),
         make_annotator=InProcessAnnotator,
     )
-    hook.start(type("Training", (), {"accelerator": None})())
+    hook.start(SimpleNamespace(accelerator=SimpleNamespace(process_index=0), run_dir=run_dir))
     return hook
 
 
-def test_the_env_mixes_rewards_and_decays_counts_within_an_episode() -> None:
-    hook = _hook(extrinsic_coef=2.0, intrinsic_coef=0.1, beta=3.0)
+def test_the_env_mixes_rewards_and_decays_counts_within_an_episode(tmp_path: Path) -> None:
+    hook = _hook(tmp_path, extrinsic_coef=2.0, intrinsic_coef=0.1, beta=3.0)
     key = "you pick up the yellow key"
     env = OniEnv(ScriptedEnv([[key], [], [key, "you bump into the wall"]], done_at=4), hook)
     env.reset(seed=0)
@@ -253,8 +254,8 @@ def test_the_env_mixes_rewards_and_decays_counts_within_an_episode() -> None:
     )
 
 
-def test_the_hook_sends_each_message_once() -> None:
-    hook = _hook()
+def test_the_hook_sends_each_message_once_and_keeps_the_labels(tmp_path: Path) -> None:
+    hook = _hook(tmp_path)
     events = ["you pick up the yellow key", "nothing happens"]
     envs = [OniEnv(ScriptedEnv([[e] for e in events] * 3, done_at=3), hook) for _ in range(3)]
     for env in envs:
@@ -269,6 +270,13 @@ def test_the_hook_sends_each_message_once() -> None:
     assert sorted(sent) == sorted(("pick up the red box", e) for e in events)
     hook.close()
     assert hook.annotator.closed
+    saved = read_labels(labels_path(tmp_path))
+    assert sorted(saved) == sorted((m, oracle_label(*m)) for m in sent)
+    with labels_path(tmp_path).open("a") as file:
+        file.write('{"goal": "cut sho')  # a crash in the middle of a line
+    again = _hook(tmp_path)  # a resumed run: the labels are back, nothing is sent again
+    assert again.reloaded == 2 and again.seen == set(sent)
+    assert again.reward_model.reward(("pick up the red box", events[0])) == 1.0
 
 
 # --- The annotator's process --------------------------------------------------------------------

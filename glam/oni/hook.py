@@ -15,16 +15,19 @@ asynchronously, the reward model learns from the labels.
 - `close`: the annotator's process stops.
 
 The rollout buffer sees the mixed reward (what PPO learns from); the env's success is the
-task's. On resume the labels are asked for again (the labellers are deterministic) and the
-classifier refits: the reward model is not part of the checkpoint.
+task's. Every label received is appended at once to `<run folder>/oni/labels_rank<r>.jsonl`
+(`{"goal", "event", "label"}` per line): what the judge said stays with the run, and a resumed
+run starts from those labels (its messages are not sent again; the classifier refits on them).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, SupportsFloat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
 
 import gymnasium as gym
 import numpy as np
@@ -38,7 +41,7 @@ from glam.ppo.hooks import TrainerHook
 if TYPE_CHECKING:
     from glam.ppo.trainer import Training
 
-__all__ = ["OniEnv", "OniHook"]
+__all__ = ["OniEnv", "OniHook", "labels_path", "read_labels"]
 
 
 class OniEnv(gym.Wrapper):
@@ -123,12 +126,23 @@ class OniHook(TrainerHook):
         self._update_sums = [0.0, 0.0, 0.0]  # episodes, intrinsic, extrinsic
         self._latency_before = 0.0
         self._received_before = 0
+        self._labels_file: TextIO | None = None
+        self.reloaded = 0
+        """Labels read back from the run folder at start (a resumed run)."""
 
     def wrap_env(self, env: Any) -> Any:
         return OniEnv(env, self)
 
     def start(self, training: Training) -> None:
         self.accelerator = training.accelerator
+        path = labels_path(training.run_dir, training.accelerator.process_index)
+        if path.exists():
+            labels = read_labels(path)
+            self.reward_model.add(labels)
+            self.seen.update(message for message, _ in labels)
+            self.reloaded = len(labels)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._labels_file = path.open("a")
         self.annotator = self._make_annotator(self.cfg)
 
     def reward(self, message: Message) -> float:
@@ -154,6 +168,15 @@ class OniHook(TrainerHook):
         labels = self.annotator.poll()
         if labels:
             self.reward_model.add(labels)
+            self._save(labels)
+
+    def _save(self, labels: Sequence[tuple[Message, float]]) -> None:
+        if self._labels_file is None:
+            return
+        for (goal, event), label in labels:
+            self._labels_file.write(json.dumps({"goal": goal, "event": event, "label": label}))
+            self._labels_file.write("\n")
+        self._labels_file.flush()
 
     def after_step(self, actions: torch.Tensor, rewards: np.ndarray, dones: np.ndarray) -> None:
         self.exchange()
@@ -185,6 +208,7 @@ class OniHook(TrainerHook):
             total.tolist()
         )
         return fitted | {
+            "oni/labels_reloaded": float(self.reloaded),
             "oni/messages_sent": sent,
             "oni/labels_received": received,
             "oni/labels_pending": sent - received,
@@ -196,6 +220,26 @@ class OniHook(TrainerHook):
         }
 
     def close(self) -> None:
-        """Stop the annotator's process."""
+        """Stop the annotator's process; close the labels file."""
         if self.annotator is not None:
             self.annotator.close()
+        if self._labels_file is not None:
+            self._labels_file.close()
+            self._labels_file = None
+
+
+def labels_path(run_dir: str | Path, rank: int = 0) -> Path:
+    """Where process `rank` of a run keeps the labels it received."""
+    return Path(run_dir) / "oni" / f"labels_rank{rank}.jsonl"
+
+
+def read_labels(path: Path) -> list[tuple[Message, float]]:
+    """The labels of a labels file; a line cut short by a crash is skipped."""
+    labels = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            labels.append(((row["goal"], row["event"]), float(row["label"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    return labels
