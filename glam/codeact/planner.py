@@ -35,7 +35,7 @@ import babyai_text
 from glam.codeact.critic import Feedback
 from glam.codeact.library import skill_source
 from glam.llm.chat import ChatClient, Message
-from glam.skills import candidate_subgoals
+from glam.skills import candidate_subgoals, parse_subgoal
 from glam.teach.scorers import SubgoalScorer
 
 __all__ = [
@@ -94,10 +94,9 @@ def candidate_actions(family: MissionFamily) -> list[str]:
     objects = {(color or None, kind) for m in family.missions for color, kind in _OBJECT.findall(m)}
     # A door may be locked: its key (same color) is worth fetching.
     objects |= {(color, "key") for color, kind in list(objects) if kind == "door"}
-    for subgoal in family.in_view:
-        words = subgoal.split()
-        if len(words) >= 3 and words[-1] in _TYPES and words[-2] in _COLORS:
-            objects.add((words[-2], words[-1]))
+    for subgoal in map(parse_subgoal, family.in_view):
+        if subgoal.type is not None:
+            objects.add((subgoal.color, subgoal.type))
     ordered = sorted(
         objects, key=lambda o: (_TYPES.index(o[1]), -1 if o[0] is None else _COLORS.index(o[0]))
     )
