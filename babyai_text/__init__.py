@@ -11,7 +11,7 @@ Importing the package registers the GLAM levels (:data:`LEVELS`) with gymnasium.
 from __future__ import annotations
 
 from babyai_text.actions import ACTION_SPACES, ActionSpace, get_action_space
-from babyai_text.env import TextEnv, make
+from babyai_text.env import TextEnv, TextEnvWrapper, make
 from babyai_text.registration import LEVELS, register_levels
 from babyai_text.vector import TextVectorEnv
 
@@ -20,6 +20,7 @@ __all__ = [
     "LEVELS",
     "ActionSpace",
     "TextEnv",
+    "TextEnvWrapper",
     "TextVectorEnv",
     "get_action_space",
     "make",

@@ -24,7 +24,7 @@ from babyai_text.events import describe_events, take_snapshot
 from babyai_text.levels import task_type_of
 from babyai_text.registration import register_levels
 
-__all__ = ["TextEnv", "known_level_ids", "make"]
+__all__ = ["TextEnv", "TextEnvWrapper", "known_level_ids", "make"]
 
 _DEFAULT_ACTION_SPACES = {"en": "default", "fr": "french"}
 
@@ -143,6 +143,29 @@ class TextEnv(gym.Wrapper):
             "success": success,
         }
         return obs, info
+
+
+class TextEnvWrapper(gym.Wrapper):
+    """A wrapper of a :class:`TextEnv` (or of another such wrapper) that keeps its interface:
+    ``action_words``, ``action_space_def``, ``language``, ``mission`` and ``task_type`` are the
+    wrapped env's, unless the subclass sets others (a coupling's env: more actions, other
+    rewards)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.action_words: tuple[str, ...] = env.action_words
+        self.action_space_def: ActionSpace = env.action_space_def
+        self.language: str = env.language
+
+    @property
+    def mission(self) -> str:
+        """The current mission (the wrapped env's)."""
+        return self.env.mission
+
+    @property
+    def task_type(self) -> str | None:
+        """The current episode's task type (the wrapped env's)."""
+        return self.env.task_type
 
 
 def known_level_ids() -> list[str]:

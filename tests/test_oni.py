@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,17 +26,15 @@ import pytest
 import torch
 from accelerate import Accelerator
 from gymnasium import spaces
-from helpers_couplings import SMALL_SYMBOLIC
+from helpers_couplings import SMALL_SYMBOLIC, server, tiny_folder
 from helpers_oni import Gated, failing, failing_at_start
-from helpers_tiny import one_torch_thread, save_tiny_model
+from helpers_tiny import one_torch_thread
 
 from babyai_text import get_action_space
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import OniConfig, compose_config
 from glam.couplings import coupling_hooks
-from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
-from glam.models.loading import load_model
 from glam.oni.agreement import agreement, collect_messages, draw
 from glam.oni.annotator import CONTENT_FREE, Annotator, AnnotatorError, JudgeLabeller, Message
 from glam.oni.hook import OniEnv, OniHook, labels_path, read_labels
@@ -47,7 +45,7 @@ from glam.ppo.entry import run_training
 from glam.ppo.trainer import train
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 
-__all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
+__all__ = ["one_torch_thread", "server", "tiny_folder"]  # fixtures (one thread: autouse)
 
 TIMING = ("elapsed_seconds", "charts/fps", "charts/rollout_fps", "charts/update_fps")
 
@@ -344,19 +342,6 @@ def test_an_annotator_that_dies_or_hangs_is_detected(tmp_path: Path) -> None:
 
 
 # --- The HTTP backend, on a server on 127.0.0.1 -------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_folder: Path) -> Iterator[ChatServer]:
-    model, tokenizer = load_model(str(tiny_folder))
-    with ChatServer(LocalChatClient(model, tokenizer, model_id="tiny"), port=0) as served:
-        served.start()
-        yield served
 
 
 MESSAGES = [

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import csv
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 import torch
 from accelerate import Accelerator
-from helpers_tiny import one_torch_thread, save_tiny_model, tiny_seq2seq_lm
+from helpers_couplings import server, tiny_folder
+from helpers_tiny import one_torch_thread, tiny_seq2seq_lm
 
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import (
@@ -36,12 +36,11 @@ from glam.eval.harness import evaluate
 from glam.llm.chat import ChatClientError
 from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
-from glam.models.loading import load_model
 from glam.ppo.trainer import train
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 
-__all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
+__all__ = ["one_torch_thread", "server", "tiny_folder"]  # fixtures (one thread: autouse)
 
 PROMPTS = [
     "Goal: go to the red ball\nYou see: a red ball, a blue key\nYou carry: nothing\nNext subgoal:",
@@ -53,20 +52,6 @@ CANDIDATES = [
     ["drop", "explore"],
     ["turn left", "go forward"],
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_folder: Path) -> Iterator[ChatServer]:
-    """The tiny model served on a free port of 127.0.0.1, from a background thread."""
-    model, tokenizer = load_model(str(tiny_folder))
-    with ChatServer(LocalChatClient(model, tokenizer, model_id="tiny"), port=0) as served:
-        served.start()
-        yield served
 
 
 def test_served_scores_equal_in_process_scores(tiny_folder: Path, server: ChatServer) -> None:

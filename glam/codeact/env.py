@@ -36,6 +36,7 @@ import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
+from babyai_text import TextEnvWrapper
 from glam.codeact.api import build_view
 from glam.codeact.sandbox import DONE, Sandbox
 
@@ -93,7 +94,7 @@ class CodedActionStats:
         del self.errors[:-_KEPT_ERRORS]
 
 
-class CodedActionsEnv(gym.Wrapper):
+class CodedActionsEnv(TextEnvWrapper):
     """A `TextEnv` whose actions include coded actions (see the module docstring)."""
 
     def __init__(
@@ -128,24 +129,12 @@ class CodedActionsEnv(gym.Wrapper):
         self.coded = dict(coded)
         self.sandbox = sandbox
         self.max_steps_per_action = max_steps_per_action
-        self.action_words: tuple[str, ...] = (*primitives, *self.coded)
+        self.action_words = (*primitives, *self.coded)
         self.action_space = spaces.Discrete(len(self.action_words))
-        self.action_space_def = env.action_space_def
-        """The primitive actions (what bots and skills map to); `action_words` extends it."""
-        self.language: str = env.language
+        # `action_space_def` stays the primitive one (what bots and skills map to)
         self.stats: dict[str, CodedActionStats] = {name: CodedActionStats() for name in coded}
         self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._episode_over = True
-
-    @property
-    def mission(self) -> str:
-        """The current mission (the env's)."""
-        return self.env.mission
-
-    @property
-    def task_type(self) -> str | None:
-        """The current episode's task type (the env's)."""
-        return self.env.task_type
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

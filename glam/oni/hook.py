@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from babyai_text import TextEnvWrapper
 from glam.config import OniConfig
 from glam.oni.annotator import Annotator, Message
 from glam.oni.rewards import RewardModel, build_reward_model, decayed
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["OniEnv", "OniHook", "labels_path", "read_labels"]
 
 
-class OniEnv(gym.Wrapper):
+class OniEnv(TextEnvWrapper):
     """A `babyai_text.TextEnv` whose rewards include ONI's intrinsic reward (see the module
     docstring); `info["oni"]` holds the step's `intrinsic` (before `intrinsic_coef`) and
     `extrinsic` rewards."""
@@ -52,23 +53,10 @@ class OniEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, hook: OniHook) -> None:
         super().__init__(env)
         self.hook = hook
-        self.action_words: tuple[str, ...] = env.action_words
-        self.action_space_def = env.action_space_def
-        self.language: str = env.language
         self.counts: Counter[Message] = Counter()
         """Occurrences of each message in the current episode."""
         self._goal = ""
         self._intrinsic = self._extrinsic = 0.0
-
-    @property
-    def mission(self) -> str:
-        """The current mission (the env's)."""
-        return self.env.mission
-
-    @property
-    def task_type(self) -> str | None:
-        """The current episode's task type (the env's)."""
-        return self.env.task_type
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
