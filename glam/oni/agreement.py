@@ -20,6 +20,7 @@ from typing import Any
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 import babyai_text
+from babyai_text.events import TEMPLATES
 from glam.eval.stats import wilson_interval
 from glam.oni.annotator import Message
 
@@ -78,22 +79,13 @@ def draw(messages: Sequence[Message], count: int, *, seed: int = 0) -> list[Mess
 
 
 def event_kind(event: str) -> str:
-    """The event's template, objects left out ("you pick up the red key" -> "you pick up")."""
-    for prefix in (
-        "you pick up",
-        "you cannot pick up",
-        "you drop",
-        "you unlock",
-        "you open",
-        "you close",
-        "you bump into",
-        "you walk through",
-        "there is no room to drop",
-    ):
-        if event.startswith(prefix):
-            return prefix
-    if event.endswith("is locked"):
-        return "the door is locked"
+    """The English template of `babyai_text.events` the event was written from
+    ("you pick up the red key" -> "you pick up {obj}"); the event itself if none fits."""
+    templates = sorted((t["en"] for t in TEMPLATES.values()), key=len, reverse=True)
+    for template in templates:
+        head, has_object, tail = template.partition("{obj}")
+        if (has_object and event.startswith(head) and event.endswith(tail)) or event == template:
+            return template
     return event
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import re
 
+from minigrid.core.constants import COLOR_NAMES
+
 __all__ = ["ObjectRef", "mission_objects", "oracle_label"]
 
-_COLORS = "red|green|blue|purple|yellow|grey"
+_COLORS = "|".join(COLOR_NAMES)
 _TYPES = "ball|box|key|door|object"
 _OBJECT = re.compile(rf"\b(?:the|a|an)\s+(?:({_COLORS})\s+)?({_TYPES})\b")
 _EVENT = re.compile(rf"^you (pick up|drop|unlock|open) the (?:({_COLORS}) )?(ball|box|key|door)$")
