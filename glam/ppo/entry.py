@@ -8,6 +8,7 @@ learner), so every entry point starts, stops and fails the same way.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -59,6 +60,15 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
     )
 
     try:
+        return _train_and_report(cfg, trainer, accelerator, run_dir, stop)
+    finally:
+        _release(accelerator)
+
+
+def _train_and_report(
+    cfg: TrainingRunConfig, trainer: Trainer, accelerator, run_dir: Path, stop: StopSignal
+) -> int:
+    try:
         result = trainer(cfg, accelerator, run_dir, stop)
     except SetupError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -92,8 +102,19 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
             f"done: {result.state.frames} frames in {result.state.update} updates; "
             f"checkpoint {result.checkpoint}"
         )
-    accelerator.end_training()
     return 0
+
+
+def _release(accelerator) -> None:
+    """Tear the process group down before the interpreter exits. The prepared model (DDP) keeps
+    gloo's process group alive, so `end_training` alone leaves its worker threads running into
+    the interpreter's finalization, where one still releasing the tensors of the last collective
+    aborts the process ("terminate called without an active exception", seen on rank 1 of
+    2-process runs). Dropping the prepared objects and collecting them first lets the group's
+    destructor join its threads."""
+    accelerator.free_memory()
+    gc.collect()
+    accelerator.end_training()
 
 
 def _last_checkpoint(run_dir: Path) -> str:
