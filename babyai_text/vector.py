@@ -31,6 +31,10 @@ class TextVectorEnv:
       episode that just ended;
     - ``"final_obs"``, ``"final_info"``: its last observation and info (to bootstrap the value
       of a truncated episode).
+
+    Frames are primitive steps: a step of an env whose ``info["primitive_steps"]`` says it took
+    several (a coded action of ``glam.codeact``) counts that many, in ``frames`` and in the
+    episode's ``"length"``; any other step counts one.
     """
 
     def __init__(
@@ -63,6 +67,8 @@ class TextVectorEnv:
         self.action_words: tuple[str, ...] = self.envs[0].action_words
         self.episodes_started = [0] * num_envs
         """Number of episodes each env has started; the next one uses the next seed."""
+        self.frames = 0
+        """Primitive steps taken by all the envs so far (see the class docstring)."""
         self._running: list[dict[str, Any]] | None = None  # per env: seed, return, length
 
     def episode_seed(self, env_index: int, episode: int) -> int:
@@ -100,8 +106,10 @@ class TextVectorEnv:
             obs, reward, terminated[i], truncated[i], info = env.step(action)
             rewards[i] = reward
             running = self._running[i]
+            frames = int(info.get("primitive_steps", 1))
             running["return"] += float(reward)
-            running["length"] += 1
+            running["length"] += frames
+            self.frames += frames
             if terminated[i] or truncated[i]:
                 episode = {
                     "return": running["return"],

@@ -6,6 +6,8 @@
     python scripts/train_baseline.py --config-name symbolic_ppo train.output_dir=runs/symbolic
     # LLM4RL: a mediator learns when to ask the LLM planner for a subgoal (glam.ask)
     python scripts/train_baseline.py --config-name ask_symbolic train.output_dir=runs/ask
+    # RL-GPT: coded actions chosen by the LLM join the actions (glam.codeact)
+    python scripts/train_baseline.py --config-name codeact_symbolic train.output_dir=runs/codeact
     # one GPU
     accelerate launch --num_processes 1 scripts/train_baseline.py --config-name drrn \
         train.output_dir=runs/drrn_gpu
@@ -65,8 +67,9 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         from glam.couplings import coupling_hooks, coupling_policy_factory
         from glam.ppo.trainer import train
 
-        make_policy = coupling_policy_factory(cfg, build_symbolic_policy)
-        trainer = partial(train, make_policy=make_policy, hooks=coupling_hooks(cfg))
+        hooks = coupling_hooks(cfg)
+        make_policy = coupling_policy_factory(cfg, build_symbolic_policy, hooks)
+        trainer = partial(train, make_policy=make_policy, hooks=hooks)
     return run_training(cfg, trainer, config_name=config_name)
 
 

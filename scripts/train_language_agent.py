@@ -51,11 +51,14 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train with `cfg` in this process (one of `accelerate launch`'s); return the exit status."""
     from functools import partial
 
-    from glam.couplings import coupling_hooks
+    from glam.couplings import coupling_hooks, coupling_policy_factory
     from glam.ppo.entry import run_training
-    from glam.ppo.trainer import train
+    from glam.ppo.trainer import build_policy, train
 
-    return run_training(cfg, partial(train, hooks=coupling_hooks(cfg)), config_name=config_name)
+    hooks = coupling_hooks(cfg)
+    make_policy = coupling_policy_factory(cfg, build_policy, hooks)
+    trainer = partial(train, make_policy=make_policy, hooks=hooks)
+    return run_training(cfg, trainer, config_name=config_name)
 
 
 if __name__ == "__main__":

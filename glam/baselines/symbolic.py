@@ -192,6 +192,15 @@ class SymbolicActorCritic(nn.Module):
     def device(self) -> torch.device:
         return self.actor[0].weight.device
 
+    @torch.no_grad()
+    def reset_action_outputs(self, indices: Sequence[int]) -> None:
+        """Forget what was learned of the actions at `indices` (their slot now holds another
+        coded action, `glam.codeact`): their logits start again from 0 in every state, as the
+        first policy's near-zero ones did (the same on every process, with no random draw)."""
+        for i in indices:
+            self.actor[-1].weight[i].zero_()
+            self.actor[-1].bias[i].zero_()
+
     def encode_missions(self, missions: Sequence[str]) -> Tensor:
         """`(B, instr_dim)`: the GRU's output after each mission's last word."""
         ids, lengths = encode_texts(missions, self.cfg.vocabulary_buckets)

@@ -10,8 +10,9 @@ agent hears about it, and the record of the outer iteration.
 - `Feedback` is what the slow agent reads before the next iteration: per coded action its uses,
   finished executions, failures by kind, last errors and the decision; and the names whose code
   was refused before the phase (`glam.codeact.writer`), with the reason.
-- `Iteration` is one outer iteration's record: the chosen names, their source and origin, the
-  names refused and why, the statistics and the decisions. `save(folder)` writes it as JSON
+- `Iteration` is one outer iteration's record: the chosen names (in the policy's slot order),
+  their source and origin, the names refused and why, the run's frames at the phase's start
+  and end, the statistics and the decisions. `save(folder)` writes it as JSON
   (`iteration_<k>.json`) in the run folder; `Iteration.load` and `load_iterations` read it back.
 
 Everything here is plain data and pure functions: no model, no env.
@@ -185,7 +186,7 @@ class Iteration:
     writer: str
     """Which fast agent wrote the code (`library`, `chat`)."""
     sources: dict[str, str]
-    """The coded actions that went into the phase, name -> source."""
+    """The coded actions that went into the phase, name -> source, in the policy's slot order."""
     origins: dict[str, str]
     """name -> `library` or `generated`."""
     refused: dict[str, str] = field(default_factory=dict)
@@ -196,6 +197,12 @@ class Iteration:
     """Each coded action's statistics over the phase (`stats_record`); empty before review."""
     decisions: dict[str, Decision] = field(default_factory=dict)
     """The critic's decision on each coded action; empty before review."""
+    start_frames: int = 0
+    """The run's frames when the phase began."""
+    end_frames: int | None = None
+    """The run's frames when the phase was reviewed (None before)."""
+    rewritten: list[str] = field(default_factory=list)
+    """Actions of the previous iteration whose code was written again for this one."""
 
     def review(
         self, stats: Mapping[str, CodedActionStats], rules: CriticRules | None = None

@@ -116,9 +116,6 @@ class CodedActionsEnv(TextEnvWrapper):
         """
         super().__init__(env)
         primitives: tuple[str, ...] = env.action_words
-        clashes = sorted(set(coded) & (set(primitives) | {DONE}))
-        if clashes:
-            raise ValueError(f"coded action names {clashes} clash with primitive action words")
         if tuple(sandbox.action_words) != primitives:
             raise ValueError(
                 f"the sandbox's action words {sandbox.action_words} are not the env's {primitives}"
@@ -126,15 +123,23 @@ class CodedActionsEnv(TextEnvWrapper):
         if max_steps_per_action < 1:
             raise ValueError(f"max_steps_per_action must be >= 1, got {max_steps_per_action}")
         self.primitive_words = primitives
-        self.coded = dict(coded)
         self.sandbox = sandbox
         self.max_steps_per_action = max_steps_per_action
-        self.action_words = (*primitives, *self.coded)
-        self.action_space = spaces.Discrete(len(self.action_words))
+        self.set_coded(coded)
         # `action_space_def` stays the primitive one (what bots and skills map to)
-        self.stats: dict[str, CodedActionStats] = {name: CodedActionStats() for name in coded}
         self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._episode_over = True
+
+    def set_coded(self, coded: dict[str, str]) -> None:
+        """Replace the coded actions (name -> source) from the next step on, and start their
+        statistics afresh; the episode in progress goes on."""
+        clashes = sorted(set(coded) & (set(self.primitive_words) | {DONE}))
+        if clashes:
+            raise ValueError(f"coded action names {clashes} clash with primitive action words")
+        self.coded = dict(coded)
+        self.action_words = (*self.primitive_words, *self.coded)
+        self.action_space = spaces.Discrete(len(self.action_words))
+        self.stats: dict[str, CodedActionStats] = {name: CodedActionStats() for name in coded}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -8,7 +8,7 @@ histories in step with same-step auto-reset, and reports the episodes that ended
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +132,17 @@ class EnvRunner:
         self.histories[i].add_observation(info["descriptions"])
         self.missions[i] = obs["mission"]
         self._observations[i] = obs
+
+    @property
+    def frames(self) -> int:
+        """Primitive steps the envs took so far (a coded action's count as many as it took)."""
+        return self.envs.frames
+
+    def set_action_words(self, words: Sequence[str]) -> None:
+        """The envs' actions changed (a coupling's new coded actions): prompts and candidates
+        name these from now on."""
+        self.action_words = list(words)
+        self.envs.action_words = tuple(words)
 
     def prompts(self) -> list[str]:
         """The current prompt of every env."""

@@ -86,6 +86,9 @@ class Rollout:
     """Episodes that ended during the rollout (this process)."""
     seconds: float = 0.0
     """Wall time of the rollout."""
+    frames: int = 0
+    """Primitive steps the local envs took (`ppo.frames_per_env` per env, unless a coded
+    action of `glam.codeact` took several)."""
 
 
 class StopSignal:
@@ -154,7 +157,8 @@ def train(
     """Run (or resume) PPO until `train.total_frames`, a stop signal, or divergence.
 
     The run stops after the first update that brings the frames (over every session of the run,
-    whatever `ppo.frames_per_env` each used) to `train.total_frames` or past it. `stop` records
+    whatever `ppo.frames_per_env` each used) to `train.total_frames` or past it; frames are
+    primitive steps (a coded action counts the steps it took). `stop` records
     stop signals; without it, one is installed for the call only. `make_policy` builds the
     actor-critic (see `PolicyFactory`); by default the language-model policy of `cfg`. `hooks`
     join the loop at the points of `glam.ppo.hooks.TrainerHook`.
@@ -200,9 +204,13 @@ def train(
             t.scheduler.step()
             update_seconds = time.perf_counter() - update_start
             # 4. Counters and logs.
-            episodes = accelerator.reduce(rollout.episodes.as_tensor().to(accelerator.device))
+            counts = torch.cat(
+                [rollout.episodes.as_tensor(), torch.tensor([rollout.frames], dtype=torch.float64)]
+            )
+            counts = accelerator.reduce(counts.to(accelerator.device))
+            episodes, frames = counts[:4], int(counts[4].item())
             t.state.update += 1
-            t.state.frames += cfg.frames_per_update
+            t.state.frames += frames
             t.state.episodes += int(episodes[0].item())
             t.state.elapsed_seconds = time.perf_counter() - start_time
             metrics = {
@@ -210,9 +218,9 @@ def train(
                 **episode_metrics(episodes),
                 "losses/explained_variance": _gathered_explained_variance(accelerator, batch),
                 "charts/learning_rate": learning_rate,
-                "charts/rollout_fps": cfg.frames_per_update / rollout.seconds,
-                "charts/update_fps": cfg.frames_per_update / update_seconds,
-                "charts/fps": cfg.frames_per_update / (rollout.seconds + update_seconds),
+                "charts/rollout_fps": frames / rollout.seconds,
+                "charts/update_fps": frames / update_seconds,
+                "charts/fps": frames / (rollout.seconds + update_seconds),
             }
             for hook in hooks:
                 metrics |= hook.after_update(t, t.model, metrics)
@@ -248,7 +256,7 @@ def collect_rollout(
 
     `hooks` observe each step before the policy acts (their tensors are stored with the step)
     and after the envs applied the actions."""
-    start = time.perf_counter()
+    start, start_frames = time.perf_counter(), runner.frames
     model.eval()
     buffer.reset()
     episodes = EpisodeStats()
@@ -292,7 +300,8 @@ def collect_rollout(
                 episodes.add(episode)
         if stop.requested(accelerator):
             return None
-    return Rollout(last_values, episodes, time.perf_counter() - start)
+    seconds, frames = time.perf_counter() - start, runner.frames - start_frames
+    return Rollout(last_values, episodes, seconds, frames)
 
 
 def ppo_update(
