@@ -6,7 +6,8 @@ agent hears about it, and the record of the outer iteration.
   failing (more than `CriticRules.max_failure_rate` of its uses, with at least
   `CriticRules.min_uses` uses, so that one unlucky call does not condemn it); a failing action
   whose code was generated is **rewritten** instead (its errors go back to the code writer),
-  since library code would only fail the same way again; every other action is **kept**.
+  since library code would only fail the same way again, but only once: a rewritten action
+  that keeps failing is dropped; every other action is **kept**.
 - `Feedback` is what the slow agent reads before the next iteration: per coded action its uses,
   finished executions, failures by kind, last errors and the decision; and the names whose code
   was refused before the phase (`glam.codeact.writer`), with the reason.
@@ -209,13 +210,18 @@ class Iteration:
     ) -> Feedback:
         """Record the phase's statistics and the critic's decisions; the slow agent's feedback.
 
-        Generated actions are rewritable, library ones are not (`judge`).
+        Generated actions are rewritable once: not library ones, nor those whose code was
+        already rewritten for this iteration (failing again, they are dropped; `judge`).
         """
         missing = sorted(set(self.sources) - set(stats))
         if missing:
             raise ValueError(f"no statistics for the coded actions {missing}")
         stats = {name: stats[name] for name in self.sources}
-        rewritable = {name for name, origin in self.origins.items() if origin == "generated"}
+        rewritable = {
+            name
+            for name, origin in self.origins.items()
+            if origin == "generated" and name not in self.rewritten
+        }
         self.decisions = judge(stats, rules, rewritable)
         self.stats = {name: stats_record(entry) for name, entry in stats.items()}
         return self.feedback()
