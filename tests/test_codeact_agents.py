@@ -46,6 +46,8 @@ CANDIDATES = [
     "pick up the red ball",
     "pick up the blue key",
     "explore",
+    "go to the object in the mission",
+    "pick up the object in the mission",
 ]
 
 
@@ -85,6 +87,8 @@ def test_candidates_are_the_library_skills_over_the_familys_objects() -> None:
         "pick up the key",  # a door may be locked: its key
         "open the door",
         "explore",
+        "go to the object in the mission",
+        "pick up the object in the mission",
     ]
     family = sample_family("BabyAI-GoToLocal-v0", episodes=3)
     assert len(family.missions) == 3 and family.action_words == WORDS
@@ -94,11 +98,11 @@ def test_candidates_are_the_library_skills_over_the_familys_objects() -> None:
 
 
 def test_the_scored_chooser_takes_the_top_k() -> None:
-    preferences = dict(zip(CANDIDATES, [-3.0, -1.0, -5.0, -2.0, -4.0], strict=True))
+    preferences = dict(zip(CANDIDATES, [-3.0, -1.0, -5.0, -2.0, -4.0, -6.0, -7.0], strict=True))
     scorer = FakeScorer(preferences)
     plan = ScoredChooser(scorer).choose(FAMILY, 2)
     assert plan.coded == ["go to the blue key", "pick up the blue key"]
-    assert plan.left_to_rl == ["go to the red ball", "pick up the red ball", "explore"]
+    assert plan.left_to_rl == ["go to the red ball", "pick up the red ball", *CANDIDATES[4:]]
     assert scorer.prompts == [family_prompt(FAMILY, None)]
     assert scorer.prompts[0].endswith("A sub-action worth writing as code:")
 
@@ -111,7 +115,9 @@ def test_the_critics_feedback_carries_kept_actions_and_excludes_dropped_ones() -
     feedback = iteration.feedback()
     assert feedback.carried() == ["go to the blue key"]
     assert feedback.excluded() == {"go to the red ball", "explore"}
-    scorer = FakeScorer(dict(zip(CANDIDATES, [0.0, -1.0, -5.0, -2.0, 0.0], strict=True)))
+    scorer = FakeScorer(
+        dict(zip(CANDIDATES, [0.0, -1.0, -5.0, -2.0, 0.0, -6.0, -7.0], strict=True))
+    )
     plan = ScoredChooser(scorer).choose(FAMILY, 2, feedback)
     assert plan.coded == ["go to the blue key", "pick up the blue key"]
     assert plan.carried == ["go to the blue key"]

@@ -26,7 +26,7 @@ from glam.codeact.critic import CriticRules, Feedback, load_iterations
 from glam.codeact.env import CodedActionsEnv, CodedActionStats
 from glam.codeact.library import skill_source
 from glam.codeact.loop import OuterLoop, slot_changes
-from glam.codeact.planner import MissionFamily, RandomChooser
+from glam.codeact.planner import MissionFamily, RandomChooser, candidate_actions
 from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import Draft, LibraryWriter, admit
 from glam.config import compose_config
@@ -108,7 +108,8 @@ def test_a_slot_nothing_can_replace_keeps_its_action() -> None:
     family = MissionFamily(
         "BabyAI-GoToRedBallNoDists-v0", ("go to the red ball",), FAMILY.action_words
     )
-    loop = OuterLoop(family, RandomChooser(0), LibraryWriter(), 3)  # 3 candidates, 3 slots
+    slots = len(candidate_actions(family))  # as many slots as candidates
+    loop = OuterLoop(family, RandomChooser(0), LibraryWriter(), slots)
     slots = list(loop.begin().sources)
     feedback = loop.review({name: stats(0 if i == 0 else 5) for i, name in enumerate(slots)}, 10)
     assert list(loop.begin(feedback=feedback).sources) == slots

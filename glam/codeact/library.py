@@ -14,14 +14,19 @@ action; `skill_source("go to the red ball")` parses the name.
   one (or to a closed door), else turn; done after `steps` primitive steps.
 
 The planner shared by the templates (`PLANNER`) is part of every source: a coded action is
-self-contained. A color or type of None matches any.
+self-contained. A color or type of None matches any. With `mission=True`, `go_to` and `pick_up`
+take their object from the mission at each step: the first object it names ("go to the object
+in the mission", "pick up the object in the mission"; `MISSION_SKILLS`).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["PLANNER", "explore", "go_to", "open_door", "pick_up", "skill_source"]
+__all__ = ["MISSION_SKILLS", "PLANNER", "explore", "go_to", "open_door", "pick_up", "skill_source"]
+
+_COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
+_TYPES = ("ball", "box", "key", "door")
 
 PLANNER = '''
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))  # facing up, right, down, left in view["grid"]
@@ -94,28 +99,55 @@ def is_target(cell):
 """
 
 
-def go_to(color: str | None, kind: str | None) -> str:
-    """Walk until facing the closest visible `color` `kind` object (see the module docstring)."""
+_MISSION_MATCHER = f"""
+COLORS = {_COLORS!r}
+TYPES = {_TYPES!r}
+MISSION = [""]
+
+
+def mission_object(mission):
+    words = mission.replace(",", " ").split()
+    for i in range(len(words)):
+        if words[i] in TYPES:
+            return (words[i - 1] if i > 0 and words[i - 1] in COLORS else None), words[i]
+    return None, None
+
+
+def is_target(cell):
+    color, kind = mission_object(MISSION[0])
+    return kind is not None and cell[0] == kind and (color is None or cell[1] == color)
+"""
+_READ_MISSION = '    MISSION[0] = view["mission"]\n'
+
+
+def go_to(color: str | None, kind: str | None, *, mission: bool = False) -> str:
+    """Walk until facing the closest visible `color` `kind` object (see the module docstring);
+    `mission`: the first object the mission names instead."""
     return (
         PLANNER
-        + _matcher(color, kind)
+        + (_MISSION_MATCHER if mission else _matcher(color, kind))
         + """
 
 def step(view, memory):
-    return approach(view, memory, is_target) or "done"
+"""
+        + (_READ_MISSION if mission else "")
+        + """    return approach(view, memory, is_target) or "done"
 """
     )
 
 
-def pick_up(color: str | None, kind: str | None) -> str:
-    """Go to the closest `color` `kind` object and pick it up."""
+def pick_up(color: str | None, kind: str | None, *, mission: bool = False) -> str:
+    """Go to the closest `color` `kind` object and pick it up; `mission`: the first object the
+    mission names instead."""
     return (
         PLANNER
-        + _matcher(color, kind)
+        + (_MISSION_MATCHER if mission else _matcher(color, kind))
         + """
 
 def step(view, memory):
-    carrying = view["carrying"]
+"""
+        + (_READ_MISSION if mission else "")
+        + """    carrying = view["carrying"]
     if carrying is not None and is_target(carrying + ("",)):
         return "done"
     if carrying is not None:  # hands full of something else: put it down where there is room
@@ -185,18 +217,21 @@ def step(view, memory):
     )
 
 
-_COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
-_TYPES = ("ball", "box", "key", "door")
 _NAME = re.compile(
     rf"^(?:(?P<verb>go to|pick up) (?:the|a) (?:(?P<color>{'|'.join(_COLORS)}) )?"
     rf"(?P<type>{'|'.join(_TYPES)})|open (?:the|a) (?:(?P<door>{'|'.join(_COLORS)}) )?door"
-    r"|(?P<explore>explore))$"
+    r"|(?P<explore>explore)|(?P<mission>go to|pick up) the object in the mission)$"
 )
+MISSION_SKILLS: tuple[str, ...] = (
+    "go to the object in the mission",
+    "pick up the object in the mission",
+)
+"""The skills that read their object from the mission (`view["mission"]`) at each step."""
 
 
 def skill_source(name: str) -> str:
     """The source of the skill a name such as "go to the red ball", "pick up a key", "open the
-    blue door" or "explore" stands for.
+    blue door", "explore" or "go to the object in the mission" stands for.
 
     Raises:
         ValueError: the name is none of these.
@@ -205,10 +240,13 @@ def skill_source(name: str) -> str:
     if match is None:
         raise ValueError(
             f"no skill is named {name!r}: 'go to the <color> <type>', 'pick up the <color> "
-            f"<type>', 'open the <color> door' or 'explore'"
+            f"<type>', 'open the <color> door', 'explore', 'go to the object in the mission' or "
+            "'pick up the object in the mission'"
         )
     if match["explore"]:
         return explore()
+    if match["mission"]:
+        return (go_to if match["mission"] == "go to" else pick_up)(None, None, mission=True)
     if match["verb"] is None:
         return open_door(match["door"])
     make = go_to if match["verb"] == "go to" else pick_up

@@ -5,7 +5,9 @@ The candidates (`candidate_actions`) are the library's skills (`glam.codeact.lib
 objects of the family: those its sample missions name ("go to the red ball" -> the red ball),
 the key of each door they name (a door may be locked), and those in view at the episodes' start
 (`glam.skills.candidate_subgoals`); for each object
-"go to the ...", "pick up the ..." (balls, boxes, keys) or "open the ... door", and "explore".
+"go to the ...", "pick up the ..." (balls, boxes, keys) or "open the ... door"; then "explore",
+and the skills that take their object from the mission ("go to the object in the mission",
+"pick up the object in the mission").
 
 A chooser picks `k` of them (`ActionChooser.choose`). What the critic carries over from the
 previous iteration (kept actions, and those to be rewritten) stays chosen and counts towards
@@ -33,7 +35,7 @@ import torch
 
 import babyai_text
 from glam.codeact.critic import Feedback
-from glam.codeact.library import skill_source
+from glam.codeact.library import MISSION_SKILLS, skill_source
 from glam.llm.chat import ChatClient, Message
 from glam.skills import candidate_subgoals, parse_subgoal
 from glam.teach.scorers import SubgoalScorer
@@ -90,7 +92,8 @@ def sample_family(level: str, episodes: int = 8, seed: int = 0) -> MissionFamily
 
 def candidate_actions(family: MissionFamily) -> list[str]:
     """The sub-actions that could be coded, in a fixed order (module docstring): by verb, then
-    object type, then color (objects without a color first), "explore" last."""
+    object type, then color (objects without a color first), then "explore" and the mission's
+    skills."""
     objects = {(color or None, kind) for m in family.missions for color, kind in _OBJECT.findall(m)}
     # A door may be locked: its key (same color) is worth fetching.
     objects |= {(color, "key") for color, kind in list(objects) if kind == "door"}
@@ -106,7 +109,7 @@ def candidate_actions(family: MissionFamily) -> list[str]:
             if (verb == "open" and kind != "door") or (verb == "pick up" and kind == "door"):
                 continue
             names.append(f"{verb} the {color} {kind}" if color else f"{verb} the {kind}")
-    names.append("explore")
+    names += ["explore", *MISSION_SKILLS]
     return [name for name in names if _is_skill(name)]
 
 
