@@ -7,8 +7,10 @@ resuming, the config's refusals, and a 2-process run."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +33,12 @@ from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import Draft, LibraryWriter, admit
 from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
+from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
+from glam.eval.harness import evaluate
 from glam.llm.chat import Completion
 from glam.llm.server import ChatServer
+from glam.policy.files import CheckpointError
+from glam.ppo.checkpoint import latest_checkpoint
 from glam.ppo.trainer import SetupError, train
 
 __all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
@@ -341,3 +347,36 @@ def test_feedback_for_the_chooser_excludes_refused_rewrites() -> None:
     second = loop.begin(feedback=feedback)
     assert slots[0] not in second.sources and second.refused == {slots[0]: "refused by the test"}
     assert list(second.sources)[1] == slots[1] and isinstance(feedback, Feedback)
+
+
+# ---- the evaluation harness plays a checkpoint with its coded actions ------------------------
+
+
+def test_the_harness_plays_a_checkpoint_with_its_runs_coded_actions(chat_run, tmp_path) -> None:
+    run, _, _ = chat_run
+    agent = AgentConfig(kind="checkpoint", path=str(run))
+    eval_cfg = EvalConfig(
+        level="BabyAI-GoToRedBallNoDists-v0",
+        suites=["no_change"],
+        episodes=6,
+        num_envs=3,
+        progress_bar=False,
+        output_dir=str(tmp_path / "eval"),
+    )
+    results, paths = evaluate(PostTrainingTestsConfig(agent=agent, eval=eval_cfg))
+    episodes = [json.loads(line) for line in paths["episodes"].read_text().splitlines()]
+    figures = results["suites"]["no_change"]["agent_figures"]
+    assert figures["codeact/decisions"] == sum(e["length"] for e in episodes)
+    assert figures["codeact/frames"] == sum(e["codeact/frames"] for e in episodes)
+    assert figures["codeact/frames"] >= figures["codeact/decisions"]
+    assert figures["codeact/failed"] == 0  # the last iteration's actions do not fail
+    # a policy folder copied away from its run cannot find its coded actions
+    alone = tmp_path / "alone"
+    shutil.copytree(latest_checkpoint(run), alone / "checkpoint")
+    with pytest.raises(CheckpointError, match="no iteration saved in"):
+        evaluate(
+            PostTrainingTestsConfig(
+                agent=AgentConfig(kind="checkpoint", path=str(alone / "checkpoint")),
+                eval=dataclasses.replace(eval_cfg, output_dir=str(alone / "eval")),
+            )
+        )

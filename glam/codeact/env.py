@@ -129,6 +129,9 @@ class CodedActionsEnv(TextEnvWrapper):
         # `action_space_def` stays the primitive one (what bots and skills map to)
         self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._episode_over = True
+        self.episode_counts: Counter[str] = Counter()
+        """The current (or just ended) episode's `decisions`, `coded` (decisions that ran a
+        coded action), `frames` (primitive steps) and `failed` (failed coded executions)."""
 
     def set_coded(self, coded: dict[str, str]) -> None:
         """Replace the coded actions (name -> source) from the next step on, and start their
@@ -147,6 +150,7 @@ class CodedActionsEnv(TextEnvWrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self._last = (obs, info)
         self._episode_over = False
+        self.episode_counts = Counter()
         return obs, {**info, "primitive_steps": 0, "codeact": None}
 
     def step(
@@ -234,6 +238,12 @@ class CodedActionsEnv(TextEnvWrapper):
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         self._last = (obs, info)
         self._episode_over = bool(terminated or truncated)
+        self.episode_counts.update(
+            decisions=1,
+            coded=record["outcome"] != "primitive",
+            frames=frames,
+            failed=record["outcome"] == "failed",
+        )
         info = {**info, "primitive_steps": frames, "codeact": record}
         return obs, float(reward), terminated, truncated, info
 

@@ -26,6 +26,7 @@ from glam.eval.agents import (
 )
 from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
+from glam.eval.codeact_agent import CodeactAgent, run_coded_actions
 from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.teacher_agent import TeacherAgent
 from glam.llm.chat import ChatClient
@@ -100,7 +101,8 @@ def build_agent(
             of an unknown kind, or whose model needs its own code while `agent.trust_remote_code`
             is off.
         ValueError: `agent.dtype` other than float32 for a policy that is not a language model.
-        glam.policy.CheckpointError: a mediator whose run's `ask` settings cannot be found.
+        glam.policy.CheckpointError: a mediator whose run's `ask` settings cannot be found, or a
+            policy trained with coded actions whose run's iterations cannot be found.
         glam.llm.chat.ChatClientError: an `openai` endpoint that cannot be reached.
     """
     if cfg.kind == "random":
@@ -146,6 +148,9 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         agent = _baseline_checkpoint_agent(cfg, policy, greedy=greedy)
     if ask is not None:  # LLM4RL's mediator: it plays the envs its run mediated
         agent = MediatorAgent(agent.name, ask, policy=agent if ask.mode == "learned" else None)
+    coded = run_coded_actions(folder, getattr(policy, "action_words", ()))
+    if coded is not None:  # RL-GPT: the coded actions it was trained with join the env's
+        agent = CodeactAgent(agent, *coded)
     agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
     return agent
 
