@@ -24,9 +24,9 @@ from glam.eval.agents import (
     ScoringAgent,
     SymbolicAgent,
 )
+from glam.eval.codeact_agent import CodeactAgent, run_coded_actions
 from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
-from glam.eval.codeact_agent import CodeactAgent, run_coded_actions
 from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.teacher_agent import TeacherAgent
 from glam.llm.chat import ChatClient
