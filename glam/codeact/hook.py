@@ -27,17 +27,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
+from glam.baselines.symbolic import SymbolicActorCritic
 from glam.codeact.critic import CriticRules, Decision, Iteration, load_iterations, total_stats
 from glam.codeact.env import CodedActionsEnv
 from glam.codeact.loop import OuterLoop, slot_changes
+from glam.codeact.planner import (
+    ActionChooser,
+    ChatChooser,
+    RandomChooser,
+    ScoredChooser,
+    sample_family,
+)
 from glam.codeact.sandbox import Sandbox, SandboxConfig
+from glam.codeact.writer import ActionWriter, ChatWriter, LibraryWriter
 from glam.config import CodeactConfig, TrainingRunConfig
+from glam.llm.config import ClientConfig
+from glam.llm.remote import OpenAIChatClient
+from glam.policy.files import env_record
+from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
+from glam.ppo.rollout import resolve_action_space
+from glam.ppo.trainer import PolicyFactory, SetupError
+from glam.teach.scorers import build_scorer
 
 if TYPE_CHECKING:
-    from glam.ppo.trainer import PolicyFactory, Training
+    from glam.ppo.trainer import Training
 
 __all__ = ["CodeactHook"]
 
@@ -69,7 +86,6 @@ class CodeactHook(TrainerHook):
         first iteration's coded actions, or the checkpoint's (whose iteration is then found)."""
 
         def build(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
-            from glam.ppo.trainer import SetupError
 
             primitives = _primitive_words(cfg)
             if checkpoint is not None:
@@ -82,13 +98,9 @@ class CodeactHook(TrainerHook):
                 raise SetupError(f"codeact: {error}") from None
             words = self.action_words
             if cfg.policy.kind == "symbolic":
-                from glam.baselines.symbolic import SymbolicActorCritic
-                from glam.policy.files import env_record
-
                 policy = SymbolicActorCritic(cfg.symbolic, words)
                 policy.training_env = env_record(cfg.env)
                 return policy
-            from glam.policy.llm_policy import LLMActorCritic
 
             return LLMActorCritic.from_config(cfg.model, cfg.policy, words, training_env=cfg.env)
 
@@ -125,11 +137,10 @@ class CodeactHook(TrainerHook):
 
     def _first_iteration(self, primitives: list[str]) -> None:
         """Choose and write iteration 0 on the main process; every process gets it."""
-        from accelerate import PartialState
 
         self.primitives = primitives
         problem, record = None, None
-        if PartialState().is_main_process:
+        if _is_main():
             try:
                 self.loop = self._build_loop()
                 record = asdict(self.loop.begin(start_frames=0))
@@ -143,7 +154,6 @@ class CodeactHook(TrainerHook):
 
     def _resume(self, primitives: list[str], words: list[str]) -> None:
         """The iteration whose actions the checkpoint's policy has (the newest such)."""
-        from glam.ppo.trainer import SetupError
 
         self.primitives = primitives
         coded = words[len(primitives) :]
@@ -162,7 +172,6 @@ class CodeactHook(TrainerHook):
             self.iteration.end_frames = None
 
     def _build_loop(self) -> OuterLoop:
-        from glam.codeact.planner import sample_family
 
         cfg, run = self.cfg, self.run_cfg
         family = sample_family(run.env.name, cfg.family_episodes, seed=run.train.seed)
@@ -176,29 +185,24 @@ class CodeactHook(TrainerHook):
             folder=self.folder,
         )
 
-    def _chooser(self):
-        from glam.codeact.planner import ChatChooser, RandomChooser, ScoredChooser
+    def _chooser(self) -> ActionChooser:
 
         if self.cfg.chooser == "random":
             return RandomChooser(self.run_cfg.train.seed)
         if self.cfg.chooser == "chat":
             return ChatChooser(self._chat_client(), seed=self.run_cfg.train.seed)
-        from glam.teach.scorers import build_scorer
 
         scorer = build_scorer(self.cfg, "codeact")
         self._closers.append(getattr(scorer, "close", lambda: None))
         return ScoredChooser(scorer)
 
-    def _writer(self):
-        from glam.codeact.writer import ChatWriter, LibraryWriter
+    def _writer(self) -> ActionWriter:
 
         if self.cfg.writer == "chat":
             return ChatWriter(self._chat_client(), seed=self.run_cfg.train.seed)
         return LibraryWriter()
 
-    def _chat_client(self):
-        from glam.llm.config import ClientConfig
-        from glam.llm.remote import OpenAIChatClient
+    def _chat_client(self) -> OpenAIChatClient:
 
         client = OpenAIChatClient(
             ClientConfig(
@@ -296,8 +300,6 @@ class CodeactHook(TrainerHook):
 
 
 def _primitive_words(cfg: TrainingRunConfig) -> list[str]:
-    from glam.ppo.rollout import resolve_action_space
-
     return list(resolve_action_space(cfg.env.action_space).words)
 
 
@@ -308,6 +310,4 @@ def _iteration(record: dict[str, Any]) -> Iteration:
 
 
 def _is_main() -> bool:
-    from accelerate import PartialState
-
     return PartialState().is_main_process
