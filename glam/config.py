@@ -677,7 +677,7 @@ class OniConfig:
             raise ValueError("oni.classifier_lr must be > 0 and oni.classifier_max_examples >= 1")
 
 
-CODEACT_CHOOSERS: tuple[str, ...] = ("none", "scored", "chat", "random")
+CODEACT_CHOOSERS: tuple[str, ...] = ("none", "scored", "chat", "random", "fixed")
 """Who chooses the sub-actions to code (`codeact.chooser`); `none`: no coded actions."""
 CODEACT_WRITERS: tuple[str, ...] = ("library", "chat")
 """Who writes their code (`codeact.writer`)."""
@@ -699,8 +699,11 @@ class CodeactConfig:
     chooser: str = "none"
     """`scored` (a language model scores each candidate after a description of the level and
     the feedback: `model` in this process or `base_url`'s `/v1/completions`), `chat` (a chat
-    model at `base_url` is asked in words), `random` (the control) or `none` (no coded
-    actions: plain RL)."""
+    model at `base_url` is asked in words), `random` (the control), `fixed` (the names in
+    `actions`, in order: a hand-written reference) or `none` (no coded actions: plain RL)."""
+    actions: list[str] = field(default_factory=list)
+    """`chooser=fixed`: the sub-actions to code (skill names of `glam.codeact.library`, e.g.
+    "go to the object in the mission", "pick up a key", "open the door")."""
     writer: str = "library"
     """`library` (our skills, selected and parameterised by name: what the embedded model can
     use) or `chat` (a code-writing chat model at `base_url` writes each function)."""
@@ -744,6 +747,11 @@ class CodeactConfig:
     def __post_init__(self) -> None:
         _check_choice("codeact.chooser", self.chooser, CODEACT_CHOOSERS)
         _check_choice("codeact.writer", self.writer, CODEACT_WRITERS)
+        if (self.chooser == "fixed") != bool(self.actions):
+            raise ValueError(
+                "codeact.actions lists the sub-actions of codeact.chooser=fixed, and only those "
+                f"(chooser={self.chooser!r}, actions={list(self.actions)})"
+            )
         _check_choice("codeact.backend", self.backend, ("local", "openai"))
         if self.num_actions < 1 or self.iterations < 1 or self.phase_frames < 0:
             raise ValueError(

@@ -28,7 +28,7 @@ from glam.codeact.critic import CriticRules, Feedback, load_iterations
 from glam.codeact.env import CodedActionsEnv, CodedActionStats
 from glam.codeact.library import skill_source
 from glam.codeact.loop import OuterLoop, slot_changes
-from glam.codeact.planner import MissionFamily, RandomChooser, candidate_actions
+from glam.codeact.planner import FixedChooser, MissionFamily, RandomChooser, candidate_actions
 from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import Draft, LibraryWriter, admit
 from glam.config import compose_config
@@ -380,3 +380,17 @@ def test_the_harness_plays_a_checkpoint_with_its_runs_coded_actions(chat_run, tm
                 eval=dataclasses.replace(eval_cfg, output_dir=str(alone / "eval")),
             )
         )
+
+
+def test_a_fixed_chooser_codes_the_listed_names_in_order_any_skill_allowed() -> None:
+    names = ["open the door", "go to the object in the mission", "pick up a key"]
+    loop = OuterLoop(FAMILY, FixedChooser(names), LibraryWriter(), 2)
+    first = loop.begin()
+    assert list(first.sources) == names[:2] and first.chooser == "fixed"  # not candidates
+    assert first.left_to_rl == names[2:]
+    feedback = loop.review({names[0]: stats(0), names[1]: stats(4)}, 10)  # the door unused
+    assert list(loop.begin(feedback=feedback).sources) == ["pick up a key", names[1]]
+    with pytest.raises(ValueError, match="codeact.actions lists the sub-actions"):
+        compose_config("codeact_symbolic", ["codeact.chooser=fixed"])
+    with pytest.raises(ValueError, match="codeact.actions lists the sub-actions"):
+        compose_config("codeact_symbolic", ["codeact.actions=[explore]"])

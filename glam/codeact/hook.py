@@ -37,6 +37,7 @@ from glam.codeact.loop import OuterLoop, slot_changes
 from glam.codeact.planner import (
     ActionChooser,
     ChatChooser,
+    FixedChooser,
     RandomChooser,
     ScoredChooser,
     sample_family,
@@ -137,14 +138,13 @@ class CodeactHook(TrainerHook):
 
     def _first_iteration(self, primitives: list[str]) -> None:
         """Choose and write iteration 0 on the main process; every process gets it."""
-
         self.primitives = primitives
         problem, record = None, None
         if _is_main():
             try:
                 self.loop = self._build_loop()
                 record = asdict(self.loop.begin(start_frames=0))
-            except ValueError as error:
+            except Exception as error:  # every process must hear of it (a server down...)
                 problem = str(error)
         shared = [problem, record]
         broadcast_object_list(shared)
@@ -154,7 +154,6 @@ class CodeactHook(TrainerHook):
 
     def _resume(self, primitives: list[str], words: list[str]) -> None:
         """The iteration whose actions the checkpoint's policy has (the newest such)."""
-
         self.primitives = primitives
         coded = words[len(primitives) :]
         saved = load_iterations(self.folder)
@@ -189,6 +188,8 @@ class CodeactHook(TrainerHook):
 
         if self.cfg.chooser == "random":
             return RandomChooser(self.run_cfg.train.seed)
+        if self.cfg.chooser == "fixed":
+            return FixedChooser(self.cfg.actions)
         if self.cfg.chooser == "chat":
             return ChatChooser(self._chat_client(), seed=self.run_cfg.train.seed)
 

@@ -21,6 +21,7 @@ the remaining places among the other candidates:
 - `ChatChooser`: a chat model is asked in words, with the candidates listed; the names are read
   from its answer line by line (`parse_names`), lines that name no candidate ignored and reported.
 - `RandomChooser`: the control, as many candidates drawn at random (seeded).
+- `FixedChooser`: names written by hand, in order (a reference, or a user's own action set).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from glam.teach.scorers import SubgoalScorer
 __all__ = [
     "ActionChooser",
     "ChatChooser",
+    "FixedChooser",
     "MissionFamily",
     "Plan",
     "RandomChooser",
@@ -161,7 +163,7 @@ class ActionChooser(ABC):
         """At most `k` sub-actions to code, given the family and the previous feedback."""
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        candidates = candidate_actions(family)
+        candidates = self.candidates(family)
         feedback = feedback or Feedback()
         carried = feedback.carried()[:k]
         excluded = feedback.excluded() | set(carried)
@@ -173,6 +175,10 @@ class ActionChooser(ABC):
         coded = carried + picked
         left = [name for name in candidates if name not in coded]
         return Plan(coded, carried, left, ignored, answer)
+
+    def candidates(self, family: MissionFamily) -> list[str]:
+        """What may be coded: `candidate_actions(family)`."""
+        return candidate_actions(family)
 
     @abstractmethod
     def _pick(
@@ -208,6 +214,24 @@ class RandomChooser(ActionChooser):
 
     def _pick(self, family, feedback, candidates, count):
         return self._rng.sample(candidates, count), [], None
+
+
+class FixedChooser(ActionChooser):
+    """A list of sub-actions written by hand, taken in its order: a reference (an expert's
+    choice) or a user's own action set. Any skill name is allowed, candidate or not."""
+
+    name = "fixed"
+
+    def __init__(self, names: Sequence[str]) -> None:
+        if not names:
+            raise ValueError("the fixed chooser needs at least one sub-action name")
+        self.names = list(dict.fromkeys(names))
+
+    def candidates(self, family: MissionFamily) -> list[str]:
+        return list(self.names)
+
+    def _pick(self, family, feedback, candidates, count):
+        return candidates[:count], [], None
 
 
 class ChatChooser(ActionChooser):
