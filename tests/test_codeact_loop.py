@@ -39,7 +39,8 @@ from glam.llm.chat import Completion
 from glam.llm.server import ChatServer
 from glam.policy.files import CheckpointError
 from glam.ppo.checkpoint import latest_checkpoint
-from glam.ppo.trainer import SetupError, train
+from glam.ppo.hooks import TrainerHook
+from glam.ppo.trainer import SetupError, build_policy, train
 
 __all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
 
@@ -394,3 +395,48 @@ def test_a_fixed_chooser_codes_the_listed_names_in_order_any_skill_allowed() -> 
         compose_config("codeact_symbolic", ["codeact.chooser=fixed"])
     with pytest.raises(ValueError, match="codeact.actions lists the sub-actions"):
         compose_config("codeact_symbolic", ["codeact.actions=[explore]"])
+
+
+def test_a_language_model_policy_scores_the_coded_actions_names(tmp_path: Path) -> None:
+    """Any policy of the trainer: the tiny language-model preset scores the names as text; a new
+    iteration's names reach its candidates."""
+    cfg = compose_config(
+        "tiny",
+        [
+            "env.name=BabyAI-GoToRedBallNoDists-v0",
+            "env.action_space=default",
+            "codeact.chooser=random",
+            "codeact.num_actions=2",
+            "codeact.iterations=2",
+            "codeact.phase_frames=16",
+            "codeact.min_uses=1",
+            "codeact.family_episodes=2",
+            "env.num_envs=2",
+            "ppo.frames_per_env=8",
+            "ppo.minibatch_size=16",
+            "ppo.epochs=1",
+            "train.total_frames=48",
+            "train.progress_bar=false",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    hooks = coupling_hooks(cfg)
+    training = {}
+
+    class Spy(TrainerHook):
+        def start(self, t) -> None:  # noqa: ANN001
+            training["t"] = t
+
+    train(
+        cfg,
+        Accelerator(cpu=True),
+        tmp_path,
+        make_policy=coupling_policy_factory(cfg, build_policy, hooks),
+        hooks=[*hooks, Spy()],
+    )
+    iterations = load_iterations(tmp_path / "codeact")
+    assert len(iterations) == 2 and all(it.end_frames is not None for it in iterations)
+    t = training["t"]
+    words = [*t.runner.action_words[:6], *iterations[-1].sources]
+    assert t.runner.action_words == words == t.model.action_words
+    assert t.runner.candidates()[0] == words
