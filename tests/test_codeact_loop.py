@@ -24,7 +24,7 @@ from helpers_tiny import one_torch_thread
 
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.codeact.critic import CriticRules, Feedback, load_iterations
+from glam.codeact.critic import CriticRules, Feedback, judge, load_iterations
 from glam.codeact.env import CodedActionsEnv, CodedActionStats
 from glam.codeact.library import skill_source
 from glam.codeact.loop import OuterLoop, slot_changes
@@ -440,3 +440,18 @@ def test_a_language_model_policy_scores_the_coded_actions_names(tmp_path: Path) 
     words = [*t.runner.action_words[:6], *iterations[-1].sources]
     assert t.runner.action_words == words == t.model.action_words
     assert t.runner.candidates()[0] == words
+
+
+def test_the_critic_drops_an_action_that_never_achieves_anything() -> None:
+    """A box behind a locked door: every execution stops at its step limit, without reward."""
+    stuck, earning, rare = CodedActionStats(), CodedActionStats(), CodedActionStats()
+    for _ in range(6):
+        stuck.record("step_limit", 32, 0.0, None)
+        earning.record("episode_end", 3, 0.9, None)  # the mission done inside the execution
+    rare.record("step_limit", 32, 0.0, None)  # too few uses to judge
+    decisions = judge({"stuck": stuck, "earning": earning, "rare": rare}, CriticRules(min_uses=5))
+    assert decisions["stuck"].verdict == "drop"
+    assert decisions["stuck"].reason == (
+        "never finished nor earned a reward in 6 uses (step_limit 6)"
+    )
+    assert decisions["earning"].verdict == decisions["rare"].verdict == "keep"

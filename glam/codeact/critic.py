@@ -2,7 +2,9 @@
 agent hears about it, and the record of the outer iteration.
 
 - `judge` reads each coded action's statistics over the phase (`CodedActionsEnv.pop_stats`)
-  and decides: **drop** an action nobody used (zero uses over the phase) or one that keeps
+  and decides: **drop** an action nobody used (zero uses over the phase), one that never
+  achieved anything (at least `CriticRules.min_uses` uses, none finished with "done", no
+  reward: e.g. a box it cannot reach behind a locked door), or one that keeps
   failing (more than `CriticRules.max_failure_rate` of its uses, with at least
   `CriticRules.min_uses` uses, so that one unlucky call does not condemn it); a failing action
   whose code was generated is **rewritten** instead (its errors go back to the code writer),
@@ -93,6 +95,10 @@ def judge(
             last = f"; last error: {entry.errors[-1]}" if entry.errors else ""
             reason = f"failed {failed} of {entry.uses} uses ({kinds}){last}"
             decisions[name] = Decision("rewrite" if name in rewritable else "drop", reason)
+        elif entry.uses >= rules.min_uses and not entry.finished and entry.reward <= 0:
+            outcomes = ", ".join(f"{k} {n}" for k, n in sorted(entry.outcomes.items()))
+            reason = f"never finished nor earned a reward in {entry.uses} uses ({outcomes})"
+            decisions[name] = Decision("drop", reason)
         else:
             reason = f"used {entry.uses} times, finished {entry.finished}, failed {failed}"
             decisions[name] = Decision("keep", reason)
