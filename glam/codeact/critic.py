@@ -189,7 +189,7 @@ class Iteration:
 
     index: int
     chooser: str
-    """Which slow agent chose the names (`local`, `chat`, `random`)."""
+    """Which slow agent chose the names (`local`: the scored chooser, `chat`, `random`, `fixed`)."""
     writer: str
     """Which fast agent wrote the code (`library`, `chat`)."""
     sources: dict[str, str]

@@ -157,7 +157,7 @@ class ActionChooser(ABC):
     """Chooses the sub-actions to code (module docstring)."""
 
     name: str = ""
-    """`local`, `chat` or `random`: in the iteration records."""
+    """`local` (the scored chooser), `chat`, `random` or `fixed`: in the iteration records."""
 
     def choose(self, family: MissionFamily, k: int, feedback: Feedback | None = None) -> Plan:
         """At most `k` sub-actions to code, given the family and the previous feedback."""
