@@ -47,6 +47,7 @@ from glam.codeact.writer import ActionWriter, ChatWriter, LibraryWriter
 from glam.config import CodeactConfig, TrainingRunConfig
 from glam.llm.config import ClientConfig
 from glam.llm.remote import OpenAIChatClient
+from glam.models.loading import ModelNotFoundError
 from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
@@ -76,7 +77,6 @@ class CodeactHook(TrainerHook):
         self.sandbox: Sandbox | None = None
         self.loop: OuterLoop | None = None
         self._closers: list[Callable[[], None]] = []
-        self._training: Training | None = None
         self._counted = (0, 0, 0)  # coded uses, failed uses, coded frames at the last update
         self._changed = 0
 
@@ -87,8 +87,10 @@ class CodeactHook(TrainerHook):
         first iteration's coded actions, or the checkpoint's (whose iteration is then found)."""
 
         def build(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
-
-            primitives = _primitive_words(cfg)
+            try:
+                primitives = _primitive_words(cfg)
+            except ValueError as error:  # an unknown action space
+                raise SetupError(str(error)) from None
             if checkpoint is not None:
                 policy = default(cfg, checkpoint)
                 self._resume(primitives, list(policy.action_words))
@@ -102,8 +104,14 @@ class CodeactHook(TrainerHook):
                 policy = SymbolicActorCritic(cfg.symbolic, words)
                 policy.training_env = env_record(cfg.env)
                 return policy
-
-            return LLMActorCritic.from_config(cfg.model, cfg.policy, words, training_env=cfg.env)
+            try:
+                return LLMActorCritic.from_config(
+                    cfg.model, cfg.policy, words, training_env=cfg.env
+                )
+            except ModelNotFoundError as error:
+                raise SetupError(
+                    f"model.name_or_path={cfg.model.name_or_path!r}: {error}"
+                ) from None
 
         return build
 
@@ -130,9 +138,6 @@ class CodeactHook(TrainerHook):
         )
         self.envs.append(wrapped)
         return wrapped
-
-    def start(self, training: Training) -> None:
-        self._training = training
 
     # ---- the outer loop -----------------------------------------------------------------------
 
