@@ -455,3 +455,18 @@ def test_the_critic_drops_an_action_that_never_achieves_anything() -> None:
         "never finished nor earned a reward in 6 uses (step_limit 6)"
     )
     assert decisions["earning"].verdict == decisions["rare"].verdict == "keep"
+
+
+def test_a_dropped_name_is_never_proposed_again_nor_after_a_resume() -> None:
+    names = ["explore", "go to the object in the mission", "pick up a key", "open the door"]
+    loop = OuterLoop(FAMILY, FixedChooser(names), LibraryWriter(), 2)
+    loop.begin()
+    feedback = loop.review({names[0]: stats(0), names[1]: stats(5)}, 10)  # explore unused
+    assert list(loop.begin(feedback=feedback).sources) == [names[2], names[1]]
+    feedback = loop.review({names[2]: stats(0), names[1]: stats(5)}, 20)  # the key unused
+    resumed = OuterLoop(FAMILY, FixedChooser(names), LibraryWriter(), 2)
+    resumed.restore(loop.iterations)
+    for outer in (loop, resumed):
+        # explore, dropped two iterations ago, stays out: the door takes the slot
+        assert list(outer.begin(feedback=feedback).sources) == [names[3], names[1]]
+    assert set(loop.dropped) == {names[0], names[2]}

@@ -164,6 +164,8 @@ class Feedback:
     """The coded actions the phase ran, by name."""
     refused: dict[str, str] = field(default_factory=dict)
     """Names whose code was refused before the phase, and why."""
+    earlier: dict[str, str] = field(default_factory=dict)
+    """Names dropped or refused in earlier iterations, and why: not proposed again either."""
 
     def carried(self) -> list[str]:
         """The actions that stay in the next iteration (kept or to be rewritten)."""
@@ -172,7 +174,7 @@ class Feedback:
     def excluded(self) -> set[str]:
         """The names not to propose again (dropped, or their code refused)."""
         dropped = {name for name, report in self.actions.items() if report.verdict == "drop"}
-        return dropped | set(self.refused)
+        return dropped | set(self.refused) | set(self.earlier)
 
     def lines(self) -> list[str]:
         """The feedback as lines of text, for a prompt."""
@@ -180,6 +182,7 @@ class Feedback:
         lines += [
             f"{name}: its code was refused ({why}); dropped" for name, why in self.refused.items()
         ]
+        lines += [f"{name}: dropped earlier ({why})" for name, why in self.earlier.items()]
         return lines
 
 

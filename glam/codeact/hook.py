@@ -171,8 +171,8 @@ class CodeactHook(TrainerHook):
         self.iteration = matching[-1]
         if _is_main():
             self.loop = self._build_loop()
-            self.loop.iterations = saved[: saved.index(self.iteration) + 1]
             self.iteration.stats, self.iteration.decisions = {}, {}
+            self.loop.restore(saved[: saved.index(self.iteration) + 1])
             self.iteration.end_frames = None
 
     def _build_loop(self) -> OuterLoop:

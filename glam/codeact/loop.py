@@ -6,7 +6,7 @@ The policy sees the coded actions in `num_actions` slots after the primitive act
 network's outputs are fixed in number). An action the critic carries over keeps its slot (and
 what the policy learned of it); a new action takes a freed slot, whose output then starts
 afresh (`OuterLoop.changed`). Names the writer refuses are replaced by asking the chooser again
-(it never proposes a refused name twice); when no candidate is left, the freed slot keeps its
+(it never proposes a dropped or refused name again, whatever the iteration); when no candidate is left, the freed slot keeps its
 previous action.
 
 `OuterLoop` holds the slow agent, the fast agent and the records; it runs in one process (the
@@ -64,6 +64,8 @@ class OuterLoop:
         self.rules = rules or CriticRules()
         self.folder = None if folder is None else Path(folder)
         self.iterations: list[Iteration] = []
+        self.dropped: dict[str, str] = {}
+        """Every name dropped or refused so far, and why (never proposed again)."""
 
     @property
     def current(self) -> Iteration:
@@ -96,9 +98,15 @@ class OuterLoop:
         # Carried actions come first in the plan; the chooser fills the rest.
         for _ in range(_CHOOSER_ROUNDS):
             reports = {} if feedback is None else feedback.actions
+            last_refused = {} if feedback is None else feedback.refused
             asked = Feedback(
                 {name: report for name, report in reports.items() if name not in refused},
-                {**({} if feedback is None else feedback.refused), **refused},
+                {**last_refused, **refused},
+                {
+                    name: why
+                    for name, why in self.dropped.items()
+                    if name not in reports and name not in last_refused
+                },
             )
             plan = self.chooser.choose(self.family, self.num_actions, asked)
             new = [name for name in plan.coded if name not in kept and name not in written]
@@ -127,8 +135,33 @@ class OuterLoop:
             rewritten=[name for name in to_rewrite if name in written],
         )
         self.iterations.append(iteration)
+        if feedback is not None:
+            self.dropped |= {
+                name: f"iteration {previous.index}: {report.reason}"
+                for name, report in feedback.actions.items()
+                if report.verdict == "drop"
+            }
+        self.dropped |= {
+            name: f"iteration {iteration.index}: {why}" for name, why in refused.items()
+        }
         self.save(iteration)
         return iteration
+
+    def restore(self, iterations: list[Iteration]) -> None:
+        """Continue after `iterations` (read back from a run folder): the last one is the
+        current one, its review to come."""
+        self.iterations = list(iterations)
+        self.dropped = {}
+        for iteration in iterations:
+            self.dropped |= {
+                name: f"iteration {iteration.index}: {why}"
+                for name, why in iteration.refused.items()
+            }
+            self.dropped |= {
+                name: f"iteration {iteration.index}: {decision.reason}"
+                for name, decision in iteration.decisions.items()
+                if decision.verdict == "drop"
+            }
 
     def _assign_slots(self, previous: Iteration | None, chosen: dict[str, str]) -> list[str]:
         if previous is None:
