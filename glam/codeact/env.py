@@ -38,9 +38,10 @@ from gymnasium.error import ResetNeeded
 
 from babyai_text import TextEnvWrapper
 from glam.codeact.api import build_view
-from glam.codeact.sandbox import DONE, Sandbox
+from glam.codeact.sandbox import DONE, Sandbox, SandboxConfig
+from glam.config import CodeactConfig
 
-__all__ = ["OUTCOMES", "CodedActionStats", "CodedActionsEnv"]
+__all__ = ["OUTCOMES", "CodedActionStats", "CodedActionsEnv", "open_sandbox"]
 
 OUTCOMES: tuple[str, ...] = ("done", "failed", "episode_end", "step_limit")
 """How an execution of a coded action ends."""
@@ -256,3 +257,11 @@ class CodedActionsEnv(TextEnvWrapper):
         raise ValueError(
             f"invalid action {action!r}; allowed: {list(self.action_words)} or their index"
         )
+
+
+def open_sandbox(action_words: tuple[str, ...], cfg: CodeactConfig) -> Sandbox:
+    """A sandbox for coded actions over `action_words`, with the limits of `codeact.*`."""
+    limits = SandboxConfig(
+        line_budget=cfg.line_budget, timeout_s=cfg.call_timeout, memory_mb=cfg.memory_mb
+    )
+    return Sandbox(action_words, limits)

@@ -32,7 +32,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.codeact.critic import CriticRules, Decision, Iteration, load_iterations, total_stats
-from glam.codeact.env import CodedActionsEnv
+from glam.codeact.env import CodedActionsEnv, open_sandbox
 from glam.codeact.loop import OuterLoop, slot_changes
 from glam.codeact.planner import (
     ActionChooser,
@@ -42,7 +42,7 @@ from glam.codeact.planner import (
     ScoredChooser,
     sample_family,
 )
-from glam.codeact.sandbox import Sandbox, SandboxConfig
+from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import ActionWriter, ChatWriter, LibraryWriter
 from glam.config import CodeactConfig, TrainingRunConfig
 from glam.llm.config import ClientConfig
@@ -124,12 +124,7 @@ class CodeactHook(TrainerHook):
         if self.iteration is None:
             raise HookError("codeact: the envs were built before the policy (no action set yet)")
         if self.sandbox is None:
-            limits = SandboxConfig(
-                line_budget=self.cfg.line_budget,
-                timeout_s=self.cfg.call_timeout,
-                memory_mb=self.cfg.memory_mb,
-            )
-            self.sandbox = Sandbox(env.action_words, limits)
+            self.sandbox = open_sandbox(env.action_words, self.cfg)
         wrapped = CodedActionsEnv(
             env,
             dict(self.iteration.sources),

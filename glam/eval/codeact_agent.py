@@ -22,8 +22,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from glam.codeact.critic import load_iterations
-from glam.codeact.env import CodedActionsEnv
-from glam.codeact.sandbox import Sandbox, SandboxConfig
+from glam.codeact.env import CodedActionsEnv, open_sandbox
+from glam.codeact.sandbox import Sandbox
 from glam.config import CodeactConfig
 from glam.eval.agents import ActRequest, Agent, Decision
 from glam.eval.stats import EpisodeResult
@@ -80,12 +80,7 @@ class CodeactAgent(Agent):
 
     def wrap_env(self, env: Any) -> CodedActionsEnv:
         if self._sandbox is None:
-            limits = SandboxConfig(
-                line_budget=self.cfg.line_budget,
-                timeout_s=self.cfg.call_timeout,
-                memory_mb=self.cfg.memory_mb,
-            )
-            self._sandbox = Sandbox(env.action_words, limits)
+            self._sandbox = open_sandbox(env.action_words, self.cfg)
         return CodedActionsEnv(
             env,
             self.coded,
