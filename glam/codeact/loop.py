@@ -5,9 +5,9 @@ reviews the phase's statistics into the next iteration's feedback.
 The policy sees the coded actions in `num_actions` slots after the primitive actions (a
 network's outputs are fixed in number). An action the critic carries over keeps its slot (and
 what the policy learned of it); a new action takes a freed slot, whose output then starts
-afresh (`OuterLoop.changed`). Names the writer refuses are replaced by asking the chooser again
-(it never proposes a dropped or refused name again, whatever the iteration); when no candidate is left, the freed slot keeps its
-previous action.
+afresh (`slot_changes` says which). Names the writer refuses are replaced by asking the
+chooser again; a name dropped or refused in any iteration is never proposed again. When no
+candidate is left, the freed slot keeps its previous action.
 
 `OuterLoop` holds the slow agent, the fast agent and the records; it runs in one process (the
 main one) and hands each `Iteration` to the others as plain data.
