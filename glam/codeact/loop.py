@@ -64,12 +64,27 @@ class OuterLoop:
         self.rules = rules or CriticRules()
         self.folder = None if folder is None else Path(folder)
         self.iterations: list[Iteration] = []
-        self.dropped: dict[str, str] = {}
-        """Every name dropped or refused so far, and why (never proposed again)."""
 
     @property
     def current(self) -> Iteration:
         return self.iterations[-1]
+
+    @property
+    def dropped(self) -> dict[str, str]:
+        """Every name dropped or refused so far, and why (never proposed again), read from the
+        iterations' records."""
+        dropped = {}
+        for iteration in self.iterations:
+            dropped |= {
+                name: f"iteration {iteration.index}: {why}"
+                for name, why in iteration.refused.items()
+            }
+            dropped |= {
+                name: f"iteration {iteration.index}: {decision.reason}"
+                for name, decision in iteration.decisions.items()
+                if decision.verdict == "drop"
+            }
+        return dropped
 
     def begin(self, start_frames: int = 0, feedback: Feedback | None = None) -> Iteration:
         """The next iteration's action set (the first one's without feedback); saved.
@@ -95,18 +110,19 @@ class OuterLoop:
         written: dict[str, str] = {}
         origins = {name: previous.origins[name] for name in kept} if previous else {}
         plan = None
+        reports = {} if feedback is None else feedback.actions
+        last_refused = {} if feedback is None else feedback.refused
+        earlier = {
+            name: why
+            for name, why in self.dropped.items()
+            if name not in reports and name not in last_refused
+        }
         # Carried actions come first in the plan; the chooser fills the rest.
         for _ in range(_CHOOSER_ROUNDS):
-            reports = {} if feedback is None else feedback.actions
-            last_refused = {} if feedback is None else feedback.refused
             asked = Feedback(
                 {name: report for name, report in reports.items() if name not in refused},
                 {**last_refused, **refused},
-                {
-                    name: why
-                    for name, why in self.dropped.items()
-                    if name not in reports and name not in last_refused
-                },
+                earlier,
             )
             plan = self.chooser.choose(self.family, self.num_actions, asked)
             new = [name for name in plan.coded if name not in kept and name not in written]
@@ -135,15 +151,6 @@ class OuterLoop:
             rewritten=[name for name in to_rewrite if name in written],
         )
         self.iterations.append(iteration)
-        if feedback is not None:
-            self.dropped |= {
-                name: f"iteration {previous.index}: {report.reason}"
-                for name, report in feedback.actions.items()
-                if report.verdict == "drop"
-            }
-        self.dropped |= {
-            name: f"iteration {iteration.index}: {why}" for name, why in refused.items()
-        }
         self.save(iteration)
         return iteration
 
@@ -151,17 +158,6 @@ class OuterLoop:
         """Continue after `iterations` (read back from a run folder): the last one is the
         current one, its review to come."""
         self.iterations = list(iterations)
-        self.dropped = {}
-        for iteration in iterations:
-            self.dropped |= {
-                name: f"iteration {iteration.index}: {why}"
-                for name, why in iteration.refused.items()
-            }
-            self.dropped |= {
-                name: f"iteration {iteration.index}: {decision.reason}"
-                for name, decision in iteration.decisions.items()
-                if decision.verdict == "drop"
-            }
 
     def _assign_slots(self, previous: Iteration | None, chosen: dict[str, str]) -> list[str]:
         if previous is None:
