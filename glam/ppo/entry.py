@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from glam.config import TrainingRunConfig
@@ -66,7 +67,11 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
 
 
 def _train_and_report(
-    cfg: TrainingRunConfig, trainer: Trainer, accelerator, run_dir: Path, stop: StopSignal
+    cfg: TrainingRunConfig,
+    trainer: Trainer,
+    accelerator: Accelerator,
+    run_dir: Path,
+    stop: StopSignal,
 ) -> int:
     try:
         result = trainer(cfg, accelerator, run_dir, stop)
@@ -105,7 +110,7 @@ def _train_and_report(
     return 0
 
 
-def _release(accelerator) -> None:
+def _release(accelerator: Accelerator) -> None:
     """Tear the process group down before the interpreter exits. The prepared model (DDP) keeps
     gloo's process group alive, so `end_training` alone leaves its worker threads running into
     the interpreter's finalization, where one still releasing the tensors of the last collective
