@@ -41,9 +41,9 @@ register_configs()
 @config_main(TrainingRunConfig, config_path="../configs", config_name="drrn")
 def main(cfg: TrainingRunConfig) -> None:
     """Train with the validated config (exit 1 before this on a bad one); report how it ended."""
-    from glam.ppo.entry import hydra_config_name
+    from glam.ppo.entry import exit_training, hydra_config_name
 
-    sys.exit(run(cfg, config_name=hydra_config_name()))
+    exit_training(run(cfg, config_name=hydra_config_name()))
 
 
 def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:

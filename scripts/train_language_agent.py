@@ -32,8 +32,6 @@ See docs/training.md and the README's "Checkpoints".
 
 from __future__ import annotations
 
-import sys
-
 from glam.config import TrainingRunConfig, config_main, register_configs
 
 register_configs()
@@ -42,9 +40,9 @@ register_configs()
 @config_main(TrainingRunConfig, config_path="../configs", config_name="smollm2_lora_cpu")
 def main(cfg: TrainingRunConfig) -> None:
     """Train with the validated config (exit 1 before this on a bad one); report how it ended."""
-    from glam.ppo.entry import hydra_config_name
+    from glam.ppo.entry import exit_training, hydra_config_name
 
-    sys.exit(run(cfg, config_name=hydra_config_name()))
+    exit_training(run(cfg, config_name=hydra_config_name()))
 
 
 def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:

@@ -9,10 +9,12 @@ learner), so every entry point starts, stops and fails the same way.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import transformers
@@ -120,6 +122,20 @@ def _release(accelerator: Accelerator) -> None:
     accelerator.free_memory()
     gc.collect()
     accelerator.end_training()
+
+
+def exit_training(status: int) -> NoReturn:
+    """End a training script's process with `status`. A process of a multi-process launch
+    (`WORLD_SIZE` > 1) ends at once after flushing its output (`os._exit`): at the interpreter's
+    ordinary exit, a thread of gloo's process group still releasing the tensors of the last
+    collective can abort the process ("terminate called without an active exception") and turn
+    a finished run into a failed launch; DeepSpeed keeps the group alive past `end_training`,
+    so `_release` cannot prevent it there. Logs, checkpoints and hooks are closed by then."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def _last_checkpoint(run_dir: Path) -> str:
