@@ -115,10 +115,13 @@ class ModelConfig:
     """LoRA adapter settings."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
-    autocast_bf16: bool = False
-    """Run the language model's forward passes under bf16 autocast (GPU, or CPUs with
-    AVX512-BF16). Off, an outer autocast still applies (Accelerate's `mixed_precision: bf16`);
-    the heads run in fp32 either way."""
+    autocast_bf16: bool | None = None
+    """Run the language model's forward passes under bf16 autocast. null (auto): the trainer
+    turns it on where the hardware computes bf16 natively (a CUDA GPU with bf16, a CPU with
+    AVX512-BF16 or AMX-BF16; on this project's CPU it cut the default preset's update from 149
+    to 120 s, docs/benchmarks.md) and off elsewhere, and writes its choice into config.yaml;
+    outside the trainer null is off. Off, an outer autocast still applies (Accelerate's
+    `mixed_precision: bf16`); the heads run in fp32 either way."""
     disable_dropout: bool = True
     """Set the base model's dropout to 0 (Flan-T5 has 0.1; LoRA's own is `lora.dropout`). PPO's
     ratio compares the update's forward (train mode) with the rollout's (eval mode): with

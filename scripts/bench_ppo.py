@@ -15,7 +15,10 @@ or with `train.cpu=true`). It runs the real training loop (`glam.ppo.trainer.tra
 process, in a temporary run folder, for `--updates` updates plus one warm-up update that is left
 out of the figures, then prints a table and writes JSON: rollout and update env-steps/s
 (transitions per second of update wall time, all epochs included), seconds per update, peak
-memory (process RSS; CUDA peak allocated on GPU), and the machine it ran on.
+memory (process RSS; CUDA peak allocated on GPU), the seconds of each phase of an update
+(`glam.ppo.timing`: rollout forwards, env steps, the update's forwards, backwards and optimizer
+steps, and the recomputation of old log-probs under reduced precision), and the machine it ran
+on.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import tempfile
@@ -36,6 +38,7 @@ import transformers
 from glam.config import ConfigError, TrainingRunConfig, compose_config
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.logger import read_metrics
+from glam.ppo.timing import PHASES, peak_rss_mib
 from glam.ppo.trainer import train
 
 
@@ -80,7 +83,12 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
         "seconds_per_update": statistics.mean(
             frames / r + frames / u for r, u in zip(rollout_fps, update_fps, strict=True)
         ),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
+        # Where an update's time goes (glam.ppo.timing): mean seconds per phase.
+        **{
+            f"phase_{name}_s": statistics.mean(row[f"time/{name}_s"] for row in rows)
+            for name in PHASES
+        },
         "device": str(accelerator.device),
         "distributed": describe(accelerator),
         "torch_threads": torch.get_num_threads(),
@@ -116,7 +124,7 @@ def main(argv: list[str]) -> int:
     result["command"] = " ".join(["python", "scripts/bench_ppo.py", *argv])
     width = max(len(key) for key in result)
     for key, value in result.items():
-        shown = f"{value:.1f}" if isinstance(value, float) else value
+        shown = f"{value:.4g}" if isinstance(value, float) else value
         print(f"{key:<{width}}  {shown}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

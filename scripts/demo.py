@@ -1,14 +1,17 @@
 """A short look at the whole stack on CPU: what `make demo` runs.
 
-    python scripts/demo.py                       # about 4.5 minutes on a 2-core CPU
+    python scripts/demo.py                       # about 2.5 minutes on a 2-core CPU
     python scripts/demo.py --frames 512 --output-dir runs/demo
 
 1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache);
 2. resets a BabyAI-Text episode of the default preset and shows the prompt and the policy;
 3. runs the main job, PPO with a LoRA adapter (`scripts/train_language_agent.py`, preset
    `smollm2_lora_cpu`), for two short updates, and prints what it measured from the run's
-   `metrics.csv`. The full preset (24 updates, about an hour) takes success on its level from
-   about 0.1 to about 1 (docs/training.md).
+   `metrics.csv`;
+4. scores the first step's prompt again with the trained checkpoint and shows the policy
+   before and after, and draws the run's learning curve (`learning_curve.png` in the run folder).
+Two updates move the policy a little; the full preset (24 updates, about an hour) takes success
+on its level from 0.22 to 0.98 (docs/training.md, docs/ppo_smollm2_gotoredball.png).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from glam.ppo.checkpoint import policy_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "smollm2_lora_cpu"
@@ -35,8 +40,9 @@ SHOWN = (
 )
 
 
-def show_one_step() -> None:
-    """Score the actions for the first step of a seeded episode and print the policy."""
+def show_one_step() -> tuple[str, list[str], list[float], float]:
+    """Score the actions for the first step of a seeded episode and print the policy; return the
+    prompt, the actions, their probabilities and the value."""
     import torch
 
     import babyai_text
@@ -66,6 +72,28 @@ def show_one_step() -> None:
     )
     for word, p in zip(env.action_words, probs.tolist(), strict=True):
         print(f"    {word:<12} {p:6.3f}")
+    return prompt, list(env.action_words), probs.tolist(), float(out.values[0])
+
+
+def show_before_after(
+    run_dir: Path, prompt: str, actions: list[str], before: list[float], value: float
+) -> None:
+    """Score the first step's prompt with the trained policy; print both policies side by side."""
+    import torch
+
+    from glam.policy.llm_policy import LLMActorCritic
+
+    folder = policy_dir(run_dir)  # the newest checkpoint's
+    policy = LLMActorCritic.from_pretrained(folder)
+    policy.eval()
+    with torch.no_grad():
+        out = policy([prompt], [actions])
+    after = out.dist.probs[0].tolist()
+    print(f"[demo] the first step's policy, before and after training ({folder.parent.name}):")
+    print(f"    {'action':<12} {'before':>7} {'after':>7} {'change':>7}")
+    for word, p, q in zip(actions, before, after, strict=True):
+        print(f"    {word:<12} {p:7.3f} {q:7.3f} {q - p:+7.3f}")
+    print(f"    {'value':<12} {value:7.3f} {float(out.values[0]):7.3f}")
 
 
 def last_row(metrics_csv: Path) -> dict[str, str]:
@@ -82,7 +110,7 @@ def main() -> int:
     parser.add_argument("--output-dir", default="runs/demo", help="run folder (replaced)")
     args = parser.parse_args()
 
-    show_one_step()
+    prompt, actions, before, value = show_one_step()
     run_dir = ROOT / args.output_dir
     command = [
         sys.executable,
@@ -111,13 +139,21 @@ def main() -> int:
     )
     for key, label in SHOWN:
         value = float(row[key]) if row.get(key) not in (None, "") else math.nan
-        print(
-            f"    {label:<32} {value:10.4f}"
-            if not math.isnan(value)
-            else f"    {label:<32}  (none)"
-        )
+        if not math.isnan(value):
+            print(f"    {label:<32} {value:10.4f}")
+        elif key.startswith("charts/"):  # success and return exist once an episode has ended
+            print(f"    {label:<32}  none yet: no episode ended in this update's rollout")
+    show_before_after(run_dir, prompt, actions, before, value)
+    subprocess.call(
+        [sys.executable, str(ROOT / "scripts" / "plot_learning_curve.py"), str(run_dir)],
+        cwd=ROOT,
+    )
     print(f"[demo] run folder: {run_dir} (config.yaml, metrics.csv, tensorboard/, checkpoints/)")
-    print(f"[demo] plot it: python scripts/plot_learning_curve.py {run_dir}")
+    print(
+        "[demo] the full preset's run (24 updates, about an hour here): success 0.22 -> 0.98 on "
+        "100 held-out episodes; its curve: docs/ppo_smollm2_gotoredball.png, its command: "
+        "docs/training.md"
+    )
     return 0
 
 

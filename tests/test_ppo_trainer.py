@@ -68,7 +68,7 @@ def tiny_config(**model_overrides: object) -> TrainingRunConfig:
         model=ModelConfig(
             name_or_path="tiny-random-llama",
             lora=AdapterConfig(enabled=False),
-            **model_overrides,
+            **{"autocast_bf16": False, **model_overrides},  # fp32 unless a test asks
         ),
         policy=PolicyConfig(value_hidden_sizes=[32], value_activation="tanh"),
         env=EnvConfig(

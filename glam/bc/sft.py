@@ -309,7 +309,7 @@ def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
         report_to=bc.report_to,
         seed=bc.seed,
         data_seed=bc.seed,
-        bf16=model.autocast_bf16,
+        bf16=model.autocast_bf16 is True,  # null (auto) is the PPO trainer's; off here
         activation_checkpointing=model.gradient_checkpointing,
         disable_tqdm=not bc.progress,
     )

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from glam.config import PPOConfig, TrainingRunConfig
 from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
+from glam.models.precision import resolve_autocast_bf16
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.checkpoint import (
@@ -54,6 +55,7 @@ from glam.ppo.rollout import (
     env_seed,
     resolve_action_space,
 )
+from glam.ppo.timing import PhaseClock, peak_rss_mib
 
 
 class SetupError(RuntimeError):
@@ -181,7 +183,9 @@ def train(
             hook.start(t)
         while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
             # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
-            rollout = collect_rollout(t.model, t.runner, t.buffer, cfg, accelerator, stop, hooks)
+            rollout = collect_rollout(
+                t.model, t.runner, t.buffer, cfg, accelerator, stop, hooks, t.clock
+            )
             if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
                 break
             # 2. Advantages.
@@ -199,7 +203,7 @@ def train(
             learning_rate = t.optimizer.param_groups[0]["lr"]
             update_start = time.perf_counter()
             stats = ppo_update(
-                t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute, hooks
+                t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute, hooks, t.clock
             )
             t.scheduler.step()
             update_seconds = time.perf_counter() - update_start
@@ -221,6 +225,8 @@ def train(
                 "charts/rollout_fps": frames / rollout.seconds,
                 "charts/update_fps": frames / update_seconds,
                 "charts/fps": frames / (rollout.seconds + update_seconds),
+                **t.clock.take(),
+                "memory/peak_rss_mib": peak_rss_mib(),
             }
             for hook in hooks:
                 metrics |= hook.after_update(t, t.model, metrics)
@@ -251,11 +257,13 @@ def collect_rollout(
     accelerator: Accelerator,
     stop: StopSignal,
     hooks: Sequence[TrainerHook] = (),
+    clock: PhaseClock | None = None,
 ) -> Rollout | None:
     """Fill `buffer` with `ppo.frames_per_env` steps of every local env; None if asked to stop.
 
     `hooks` observe each step before the policy acts (their tensors are stored with the step)
-    and after the envs applied the actions."""
+    and after the envs applied the actions. `clock` is charged the forwards and the env steps."""
+    clock = clock or PhaseClock()
     start, start_frames = time.perf_counter(), runner.frames
     model.eval()
     buffer.reset()
@@ -267,8 +275,9 @@ def collect_rollout(
     for t in range(buffer.num_steps + 1):
         observations = runner.observations()
         inputs = observations if finals is None else type(observations).cat([observations, finals])
-        batch = model(**inputs.inputs())
-        raise_if_diverged(accelerator, not _finite(batch))
+        with clock.phase("rollout_forward"):
+            batch = model(**inputs.inputs())
+            raise_if_diverged(accelerator, not _finite(batch))
         values = batch.values.float().cpu()
         for env, value in zip(final_envs, values[len(observations) :], strict=True):
             buffer.final_values[t - 1, env] = value
@@ -280,21 +289,22 @@ def collect_rollout(
         for hook in hooks:
             extras |= hook.observe(observations)
         actions = output.dist.sample()
-        rewards, dones, ended = runner.step(actions.tolist())
-        for hook in hooks:
-            hook.after_step(actions, rewards, dones)
-        buffer.add(
-            observations,
-            actions,
-            output.dist.log_prob(actions),
-            output.values,
-            torch.as_tensor(rewards) * cfg.env.reward_scale,
-            torch.as_tensor(dones),
-            extras,
-        )
-        final_envs, finals = (
-            runner.final_observations() if cfg.ppo.bootstrap_truncated else ([], None)
-        )
+        with clock.phase("env_step"):
+            rewards, dones, ended = runner.step(actions.tolist())
+            for hook in hooks:
+                hook.after_step(actions, rewards, dones)
+            buffer.add(
+                observations,
+                actions,
+                output.dist.log_prob(actions),
+                output.values,
+                torch.as_tensor(rewards) * cfg.env.reward_scale,
+                torch.as_tensor(dones),
+                extras,
+            )
+            final_envs, finals = (
+                runner.final_observations() if cfg.ppo.bootstrap_truncated else ([], None)
+            )
         for episode in ended:
             if episode is not None:
                 episodes.add(episode)
@@ -312,10 +322,12 @@ def ppo_update(
     accelerator: Accelerator,
     recompute: bool,
     hooks: Sequence[TrainerHook] = (),
+    clock: PhaseClock | None = None,
 ) -> dict[str, float]:
     """Run `ppo.epochs` epochs of minibatch gradient steps on `batch` (this process's part).
 
-    Each micro-batch's loss is PPO's plus the terms `hooks` add (`TrainerHook.loss`).
+    Each micro-batch's loss is PPO's plus the terms `hooks` add (`TrainerHook.loss`). `clock`
+    is charged the forwards, backwards and optimizer steps.
 
     Each process takes `minibatch_size / world_size` transitions per step, in chunks of
     `micro_batch_size` with gradient accumulation; gradients are averaged over processes.
@@ -327,6 +339,7 @@ def ppo_update(
     Raises:
         TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
     """
+    clock = clock or PhaseClock()
     device = accelerator.device
     local_minibatch = ppo.minibatch_size // accelerator.num_processes
     micro = micro_batch_size(ppo, accelerator.num_processes)
@@ -339,7 +352,8 @@ def ppo_update(
         batch.advantages = normalize_advantages(batch.advantages, mean, std)
     orders = [torch.randperm(len(batch)) for _ in range(ppo.epochs)]
     if recompute:
-        _recompute_old_logprobs(model, batch, orders[0], local_minibatch, micro)
+        with clock.phase("recompute"):
+            _recompute_old_logprobs(model, batch, orders[0], local_minibatch, micro)
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     sums: dict[str, float] = defaultdict(float)
@@ -349,17 +363,20 @@ def ppo_update(
         for minibatch in orders[epoch].split(local_minibatch):
             for chunk in minibatch.split(micro):
                 with accelerator.accumulate(model):
-                    loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device, hooks)
-                    raise_if_diverged(accelerator, not torch.isfinite(loss).item())
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients:
-                        grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
-                        if grad_norm is not None:  # DeepSpeed clips internally, may not say
-                            raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
-                            sums["losses/grad_norm"] += float(grad_norm)
-                            steps += 1
-                    optimizer.step()  # a no-op until the last chunk of the minibatch
-                    optimizer.zero_grad()
+                    with clock.phase("forward"):
+                        loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device, hooks)
+                        raise_if_diverged(accelerator, not torch.isfinite(loss).item())
+                    with clock.phase("backward"):
+                        accelerator.backward(loss)
+                    with clock.phase("optimizer"):
+                        if accelerator.sync_gradients:
+                            grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
+                            if grad_norm is not None:  # DeepSpeed clips internally, may not say
+                                raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
+                                sums["losses/grad_norm"] += float(grad_norm)
+                                steps += 1
+                        optimizer.step()  # a no-op until the last chunk of the minibatch
+                        optimizer.zero_grad()
                 if first_deviation is None:
                     first_deviation = stats["ratio_max_deviation"].item()
                 for key in ("policy", "value", "entropy", "approx_kl", "clip_fraction"):
@@ -473,6 +490,8 @@ class Training:
     """Updates of the whole run: those done plus those that reach `train.total_frames`."""
     saved: tuple[int, Path] | None = None
     """The update and folder of the newest checkpoint this session wrote or resumed."""
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    """Seconds per phase of the current update (`time/*` metrics)."""
 
     def save(self) -> Path:
         """Write a checkpoint of the current update unless this session already has (every
@@ -542,6 +561,12 @@ def build_training(
             )
         make_policy = build_policy
     _check_layout(cfg, world)
+    if cfg.policy.kind == "llm":  # before the resume check, which compares it with config.yaml
+        cfg.model.autocast_bf16, why = resolve_autocast_bf16(
+            cfg.model.autocast_bf16, accelerator.device
+        )
+        precision = "bf16 autocast" if cfg.model.autocast_bf16 else "fp32"
+        accelerator.print(f"[glam] precision: {precision} ({why})")
     resume_from = open_run_dir(cfg, accelerator, run_dir)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
     # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
