@@ -18,6 +18,17 @@ from glam.llm.server import ChatServer
 from glam.models.loading import load_model
 from glam.teach.scorers import SubgoalScorer
 
+WALL_CLOCK_METRICS = (
+    "charts/fps",
+    "charts/rollout_fps",
+    "charts/update_fps",
+    "time/",
+    "memory/",
+    "elapsed_seconds",
+)
+"""Prefixes of the metrics that depend on the machine's speed and memory, not on the run's
+arithmetic: two runs that must be identical differ there."""
+
 SMALL_SYMBOLIC = [
     "symbolic.image_dim=8",
     "symbolic.instr_dim=8",

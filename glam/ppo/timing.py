@@ -1,5 +1,5 @@
 """Where an update's time and memory go: seconds per phase (`time/<phase>_s` metrics) and the
-process's peak memory (`memory/peak_rss_mib`).
+process's peak memory (`memory/peak_rss_mib`); in a multi-process run, those of the main process.
 
 The phases of one update: the rollout's policy forwards (`rollout_forward`) and env steps with
 the buffer's bookkeeping (`env_step`); the update's forwards with the loss (`forward`), backwards
