@@ -1,6 +1,6 @@
 """A short look at the whole stack on CPU: what `make demo` runs.
 
-    python scripts/demo.py                       # about 2.5 minutes on a 2-core CPU
+    python scripts/demo.py                       # under 3 minutes on a 2-core CPU
     python scripts/demo.py --frames 512 --output-dir runs/demo
 
 1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache);
@@ -44,9 +44,11 @@ def show_one_step() -> tuple[str, list[str], list[float], float]:
     """Score the actions for the first step of a seeded episode and print the policy; return the
     prompt, the actions, their probabilities and the value."""
     import torch
+    from accelerate.utils import set_seed
 
     import babyai_text
     from glam.config import compose_config
+    from glam.models.precision import resolve_autocast_bf16
     from glam.policy.llm_policy import LLMActorCritic
     from glam.policy.prompts import PromptHistory
 
@@ -57,6 +59,10 @@ def show_one_step() -> tuple[str, list[str], list[float], float]:
     history = PromptHistory(nbr_obs=env_cfg.nbr_obs)
     history.add_observation(info["descriptions"])
     prompt = history.prompt(obs["mission"], env.action_words)
+    # The run's initial policy: its precision (chosen as the trainer chooses it) and its seed
+    # (the value head's initial weights), so that "before" and "after" differ by training only.
+    cfg.model.autocast_bf16, _ = resolve_autocast_bf16(cfg.model.autocast_bf16, torch.device("cpu"))
+    set_seed(cfg.train.seed)
     start = time.perf_counter()
     policy = LLMActorCritic.from_config(cfg.model, policy_cfg, env.action_words)
     print(f"[demo] loaded smollm2-135m + LoRA in {time.perf_counter() - start:.1f} s")
