@@ -26,10 +26,16 @@ default `train.label` of their `config.yaml` (empty: the preset named by `--conf
   rate with its 95% Wilson interval over episodes. A run without one is reported with its last
   smoothed training success instead, marked as such. Over several seeds: the mean of the
   seeds' rates with a t-interval over seeds, and the Wilson interval of the pooled episodes.
+- **Costs beside success.** A run's training wall time is the trainer's clock at its last
+  logged update (`elapsed_seconds` of metrics.csv, carried over resumes; the time a killed run
+  waited is not counted); a group's is the mean over its seeds. An evaluation's agent figures
+  (`agent_figures` of its suite in results.json: a mediator's queries per episode, `ask/*`) are
+  read with its success; a group's is the mean over the seeds that have it.
 - **Baselines** (random, BabyAI's bot...) are evaluation results only: a row in the final table
   and a horizontal line on the curves.
 
 `scripts/compare_runs.py` writes `comparison.csv` (tidy: one row per run and grid frame),
+`final.csv` (one row per seed of each final row, with its wall time and agent figures),
 `comparison.md` (the runs, the thresholds and the final success) and `comparison.png`.
 """
 
@@ -43,7 +49,7 @@ import math
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +61,7 @@ from glam.eval.stats import wilson_interval
 
 __all__ = [
     "COMPARISON_FILES",
+    "DEFAULT_FIGURES",
     "DEFAULT_LABEL_KEY",
     "Band",
     "ComparisonError",
@@ -68,6 +75,7 @@ __all__ = [
     "comparison_markdown",
     "config_value",
     "final_rows",
+    "final_table",
     "find_results",
     "frame_grid",
     "frames_to_threshold",
@@ -93,9 +101,19 @@ EVAL_DIR = "eval"
 """Folder of a run that holds its evaluations (`RUN/eval/**/results.json`)."""
 RESULTS_JSON = "results.json"
 SUCCESS, RETURN, EPISODES = "charts/success_rate", "charts/episode_return", "charts/episodes"
+ELAPSED = "elapsed_seconds"
+AGENT_FIGURES = "agent_figures"
+"""Key of a suite record in results.json with the agent's own figures (`glam.eval.report`)."""
 DEFAULT_LABEL_KEY = "train.label"
-COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
-"""What `write_comparison` writes."""
+DEFAULT_FIGURES = ("ask/queries_per_episode",)
+"""Agent figures shown beside success in the final table, when some row has them."""
+COMPARISON_FILES = {
+    "csv": "comparison.csv",
+    "final": "final.csv",
+    "md": "comparison.md",
+    "png": "comparison.png",
+}
+"""What `write_comparison` writes, by the key of its returned paths."""
 HELD_OUT, TRAINING, BASELINE = "held-out evaluation", "training", "baseline"
 """`FinalRow.source`."""
 
@@ -129,6 +147,8 @@ class Run:
     """(updates,) mean return of those episodes; NaN when none ended."""
     episodes: np.ndarray
     """(updates,) episodes that ended in the update."""
+    wall_seconds: float = math.nan
+    """The trainer's wall clock at the last logged update (NaN: metrics.csv has no clock)."""
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:
@@ -235,7 +255,13 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
     except KeyError as error:
         raise ComparisonError(f"{config_file}: {error.args[0]}") from None
     metrics = metrics.sort_values("frames")
-    columns = {"frames": "frames", "success": SUCCESS, "returns": RETURN, "episodes": EPISODES}
+    columns = {
+        "frames": "frames",
+        "success": SUCCESS,
+        "returns": RETURN,
+        "episodes": EPISODES,
+        "elapsed": ELAPSED,
+    }
     try:
         values = {
             name: metrics[column].to_numpy(dtype=float) if column in metrics else None
@@ -261,6 +287,9 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
         episodes=np.nan_to_num(values["episodes"])
         if values["episodes"] is not None
         else finite.astype(float),
+        wall_seconds=float(np.nanmax(values["elapsed"]))
+        if values["elapsed"] is not None and np.isfinite(values["elapsed"]).any()
+        else math.nan,
     )
 
 
@@ -524,6 +553,10 @@ class Outcome:
     episodes: int
     mean_return: float
     source_file: Path
+    wall_seconds: float = math.nan
+    """Training wall time of the seed's run (NaN for a baseline)."""
+    figures: Mapping[str, float] = field(default_factory=dict)
+    """The agent's own figures in the evaluation (`agent_figures`), e.g. queries per episode."""
 
 
 def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
@@ -542,6 +575,7 @@ def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
     if record is None or "success_rate" not in record:
         return None
     episodes = int(record["episodes"])
+    figures = record.get(AGENT_FIGURES) or {}
     outcome = Outcome(
         seed=None,
         success_rate=float(record["success_rate"]),
@@ -549,6 +583,11 @@ def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
         episodes=episodes,
         mean_return=float(record["mean_return"]),
         source_file=path,
+        figures={
+            key: float(value)
+            for key, value in figures.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        },
     )
     return str(results.get("label", path.parent.name)), str(level), outcome
 
@@ -596,6 +635,22 @@ class FinalRow:
     def mean_return(self) -> float:
         return float(np.mean([o.mean_return for o in self.outcomes]))
 
+    @property
+    def wall_seconds(self) -> float:
+        """Mean training wall time over the seeds that logged one (NaN: none did)."""
+        walls = [o.wall_seconds for o in self.outcomes if math.isfinite(o.wall_seconds)]
+        return float(np.mean(walls)) if walls else math.nan
+
+    @property
+    def figure_keys(self) -> list[str]:
+        """The agent figures any of the seeds' evaluations has, sorted."""
+        return sorted({key for o in self.outcomes for key in o.figures})
+
+    def figure(self, key: str) -> float:
+        """Mean of an agent figure over the seeds whose evaluation has it (NaN: none has)."""
+        values = [o.figures[key] for o in self.outcomes if key in o.figures]
+        return float(np.mean(values)) if values else math.nan
+
 
 def _training_outcome(run: Run, window: int) -> Outcome:
     """The episodes that ended in the run's last `window` updates."""
@@ -609,6 +664,7 @@ def _training_outcome(run: Run, window: int) -> Outcome:
         episodes=count,
         mean_return=returns[-1] / count if count else math.nan,
         source_file=run.path / METRICS_CSV,
+        wall_seconds=run.wall_seconds,
     )
 
 
@@ -636,7 +692,9 @@ def final_rows(runs: Sequence[Run], window: int, suite: str = "no_change") -> li
                         f"{found[level].source_file} and {path}; move the one that is not "
                         f"final out of {run.path / EVAL_DIR}"
                     )
-                found[level] = dataclasses.replace(outcome, seed=run.seed)
+                found[level] = dataclasses.replace(
+                    outcome, seed=run.seed, wall_seconds=run.wall_seconds
+                )
             for level, outcome in found.items():
                 held_out[level].append(outcome)
             if not found:
@@ -687,6 +745,34 @@ def _interval(low: float, high: float) -> str:
     return "–" if not math.isfinite(low) else f"[{low:.3f}, {high:.3f}]"
 
 
+def _minutes(seconds: float) -> str:
+    return "–" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min"
+
+
+def final_table(finals: Sequence[FinalRow]) -> pd.DataFrame:
+    """One row per seed (file) of each final row: its success, episodes, return, training wall
+    time and agent figures (blank where it has none)."""
+    keys = sorted({key for row in finals for key in row.figure_keys})
+    records = [
+        {
+            "label": row.label,
+            "source": row.source,
+            "level": row.level,
+            "seed": outcome.seed,
+            "success_rate": outcome.success_rate,
+            "successes": outcome.successes,
+            "episodes": outcome.episodes,
+            "mean_return": outcome.mean_return,
+            "train_wall_seconds": outcome.wall_seconds,
+            **{key: outcome.figures.get(key, math.nan) for key in keys},
+            "source_file": str(outcome.source_file),
+        }
+        for row in finals
+        for outcome in row.outcomes
+    ]
+    return pd.DataFrame.from_records(records)
+
+
 def comparison_markdown(
     runs: Sequence[Run],
     bands: Mapping[str, tuple[Band, Band]],
@@ -697,8 +783,11 @@ def comparison_markdown(
     window: int,
     suite: str,
     min_episodes: int = 1,
+    figures: Sequence[str] = DEFAULT_FIGURES,
 ) -> str:
-    """The comparison as Markdown: how it was computed, the runs, thresholds, final success."""
+    """The comparison as Markdown: how it was computed, the runs, thresholds, final success
+    with the training wall time and the agent figures `figures` beside it (those some row has),
+    then every agent figure the evaluations hold."""
     lines = [
         f"# Comparison of {len(runs)} runs in {len(bands)} groups",
         "",
@@ -718,14 +807,15 @@ def comparison_markdown(
         "",
         "## Runs",
         "",
-        "| label | seed | run | level | updates | last frame | label from |",
-        "|---|---|---|---|---|---|---|",
+        "| label | seed | run | level | updates | last frame | training wall time | label from |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, members in group_runs(runs).items():
         for run in members:
             lines.append(
                 f"| {label} | {run.seed} | {run.path} | {run.level} | {len(run.frames)} "
-                f"| {_frames(run.frames[-1])} | {run.label_source} |"
+                f"| {_frames(run.frames[-1])} | {_minutes(run.wall_seconds)} "
+                f"| {run.label_source} |"
             )
     ends = []
     for label, (success, _) in bands.items():
@@ -757,17 +847,28 @@ def comparison_markdown(
             f"| {row.label} | {row.threshold:g} | {len(row.reached)} of {len(row.per_seed)} "
             f"| {_frames(row.median)} | {_frames(row.mean)} | {per_seed} |"
         )
+    present = {key for row in finals for key in row.figure_keys}
+    beside = [key for key in figures if key in present]
     lines += [
         "",
         "## Final success",
         "",
         f"Held-out evaluation: the `{suite}` suite of `RUN/eval/**/results.json`. Training: the "
         f"episodes of the last {window} update(s) of training, NOT held out. Mean over seeds, "
-        "its 95% t-interval over seeds, and the 95% Wilson interval of all the episodes pooled.",
+        "its 95% t-interval over seeds, and the 95% Wilson interval of all the episodes pooled. "
+        "Training wall time: the trainer's clock at the run's last update, mean over seeds."
+        + (
+            f" {', '.join(f'`{key}`' for key in beside)}: the evaluation's own figure, mean "
+            "over the seeds that have it."
+            if beside
+            else ""
+        ),
         "",
         "| label | source | level | seeds | success (mean) | 95% CI over seeds | "
-        "pooled episodes [Wilson] | episodes | mean return | per seed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "pooled episodes [Wilson] | episodes | mean return | training wall time | "
+        + "".join(f"{key} | " for key in beside)
+        + "per seed |",
+        "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(beside),
     ]
     for row in finals:
         per_seed = ", ".join(
@@ -777,8 +878,29 @@ def comparison_markdown(
         lines.append(
             f"| {row.label} | {row.source} | {row.level} | {len(row.outcomes)} | {_num(row.mean)} "
             f"| {_interval(*row.seed_interval)} | {_interval(*row.pooled_interval)} "
-            f"| {row.episodes} | {_num(row.mean_return)} | {per_seed} |"
+            f"| {row.episodes} | {_num(row.mean_return)} | {_minutes(row.wall_seconds)} | "
+            + "".join(f"{_num(row.figure(key), 2)} | " for key in beside)
+            + f"{per_seed} |"
         )
+    if present:
+        keys = sorted(present)
+        lines += [
+            "",
+            "## The agents' own figures",
+            "",
+            f"From the `{suite}` evaluations' `agent_figures` (mean over the seeds that have "
+            "each; – where none has it). Per seed: final.csv.",
+            "",
+            "| label | source | level | seeds | " + " | ".join(keys) + " |",
+            "|---|---|---|---|" + "---|" * len(keys),
+        ]
+        for row in finals:
+            if row.figure_keys:
+                lines.append(
+                    f"| {row.label} | {row.source} | {row.level} | {len(row.outcomes)} | "
+                    + " | ".join(_num(row.figure(key), 3) for key in keys)
+                    + " |"
+                )
     sources = sorted({str(o.source_file) for row in finals for o in row.outcomes})
     lines += ["", "Read from:", "", *(f"- {source}" for source in sources)]
     return "\n".join(lines) + "\n"
@@ -836,9 +958,9 @@ def write_comparison(
     grid_points: int = 200,
     baselines: Sequence[FinalRow] = (),
     suite: str = "no_change",
+    figures: Sequence[str] = DEFAULT_FIGURES,
 ) -> dict[str, Path]:
-    """Compare `runs`; write comparison.csv, comparison.md and comparison.png into `out_dir`
-    and return their paths.
+    """Compare `runs`; write `COMPARISON_FILES` into `out_dir` and return their paths by key.
 
     Raises:
         ComparisonError: no run, two runs of one label and seed, or a run with two final
@@ -849,11 +971,12 @@ def write_comparison(
     check_distinct_seeds(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {name.rsplit(".", 1)[1]: out / name for name in COMPARISON_FILES}
+    paths = {key: out / name for key, name in COMPARISON_FILES.items()}
     grid = frame_grid(runs, grid_points)
     bands = group_bands(runs, grid, window, min_episodes)
     finals = [*final_rows(runs, window, suite), *baselines]
     tidy_curves(runs, grid, window, min_episodes).to_csv(paths["csv"], index=False)
+    final_table(finals).to_csv(paths["final"], index=False)
     paths["md"].write_text(
         comparison_markdown(
             runs,
@@ -864,6 +987,7 @@ def write_comparison(
             window=window,
             min_episodes=min_episodes,
             suite=suite,
+            figures=figures,
         )
     )
     plot_comparison(paths["png"], grid, bands, baselines, window)

@@ -15,11 +15,14 @@ frames each seed took to reach each `--thresholds` success rate, and the final s
 evaluation when the run folder holds one (`RUN/eval/<name>/results.json`, written by
 `python scripts/post_training_tests.py agent.kind=checkpoint agent.path=RUN
 eval.output_dir=RUN/eval/<name>`), else the last smoothed training success, marked as such.
-`--baselines` adds evaluation results (random, bot) as reference lines and rows.
-docs/comparing_runs.md explains every figure.
+`--baselines` adds evaluation results (random, bot) as reference lines and rows. Beside final
+success: each group's training wall time (the trainer's clock) and the agent figures of
+`--figures` that the evaluations hold (by default a mediator's `ask/queries_per_episode`), then a
+table of every agent figure. docs/comparing_runs.md explains every figure.
 
 Writes comparison.csv (tidy: label, seed, run, frames, success, return on the common frame grid),
-comparison.md and comparison.png into `--out`. Exit status: 0 done; 2 bad input (a folder
+final.csv (one row per seed of the final table, with wall time and agent figures), comparison.md
+and comparison.png into `--out`. Exit status: 0 done; 2 bad input (a folder
 without metrics.csv or config.yaml, a run with no logged update, an unknown label key, two runs
 of one label and seed, baselines without results).
 """
@@ -31,6 +34,7 @@ import sys
 from pathlib import Path
 
 from glam.compare import (
+    DEFAULT_FIGURES,
     DEFAULT_LABEL_KEY,
     ComparisonError,
     baseline_rows,
@@ -68,6 +72,14 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--suite", default="no_change", help="evaluation suite of final success")
     parser.add_argument("--grid-points", type=int, default=200, help="frames of the common grid")
+    parser.add_argument(
+        "--figures",
+        nargs="*",
+        default=list(DEFAULT_FIGURES),
+        metavar="KEY",
+        help="agent figures of the evaluations (results.json agent_figures) shown beside "
+        "success, where some run has them (default: ask/queries_per_episode)",
+    )
     args = parser.parse_args(argv)
     if args.smooth < 1 or args.grid_points < 2:
         parser.error("--smooth must be >= 1 and --grid-points >= 2")
@@ -85,6 +97,7 @@ def main(argv: list[str]) -> int:
             grid_points=args.grid_points,
             baselines=baselines,
             suite=args.suite,
+            figures=args.figures,
         )
     except ComparisonError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -87,9 +87,16 @@ def make_run(
 
 
 def write_results(
-    folder: Path, label: str, level: str, success: float, episodes: int, suite: str = "no_change"
+    folder: Path,
+    label: str,
+    level: str,
+    success: float,
+    episodes: int,
+    suite: str = "no_change",
+    figures: dict[str, float] | None = None,
 ) -> Path:
-    """A results.json as `scripts/post_training_tests.py` writes it (the fields read here)."""
+    """A results.json as `scripts/post_training_tests.py` writes it (the fields read here), with
+    the agent's own figures when given (a mediator's `ask/*`)."""
     folder.mkdir(parents=True, exist_ok=True)
     low, high = wilson_interval(round(success * episodes), episodes)
     record = {
@@ -101,6 +108,7 @@ def write_results(
         "mean_return": success * 0.6,
         "mean_length": 20.0,
         "episodes": episodes,
+        **({"agent_figures": figures} if figures else {}),
     }
     results = {
         "label": label,
@@ -462,3 +470,85 @@ def test_a_window_with_too_few_episodes_gives_no_value() -> None:
     frames = np.array([100, 200, 300, 400])
     assert frames_to_threshold(frames, smooth(success, episodes, 2, 1), 0.9) == 100
     assert frames_to_threshold(frames, smooth(success, episodes, 2, 30), 0.9) is None
+
+
+def test_wall_time_and_agent_figures_beside_final_success(tmp_path: Path) -> None:
+    """A mediator's queries per episode and each run's training time reach the final rows (mean
+    over seeds), the Markdown table (beside success) and final.csv (per seed); a row without
+    them shows blanks."""
+    frames = [100, 200, 300]
+    paths = []
+    for seed, elapsed, queries in ((1, 120.0, 4.0), (2, 240.0, 6.0)):
+        folder = make_run(tmp_path / f"m{seed}", frames, [0.5, 0.8, 1.0], seed=seed, label="med")
+        table = pd.read_csv(folder / "metrics.csv")
+        table["elapsed_seconds"] = [elapsed / 3, elapsed / 2, elapsed]
+        table.to_csv(folder / "metrics.csv", index=False)
+        figures = {"ask/queries_per_episode": queries, "ask/cost": 0.01 * queries}
+        write_results(folder / "eval" / "test", "ckpt", LEVEL, 0.9, 100, figures=figures)
+        paths.append(folder)
+    plain = make_run(tmp_path / "plain", frames, [0.0, 0.1, 0.2], label="rl")
+    write_results(plain / "eval" / "test", "ckpt", LEVEL, 0.1, 100)
+    paths.append(plain)
+    always = {"ask/queries_per_episode": 23.5}
+    write_results(tmp_path / "always", "always", LEVEL, 1.0, 100, figures=always)
+
+    runs = [load_run(path) for path in paths]
+    assert [run.wall_seconds for run in runs] == [120.0, 240.0, 3.0]
+    rows = {row.label: row for row in final_rows(runs, window=2)}
+    assert rows["med"].wall_seconds == 180.0
+    assert rows["med"].figure("ask/queries_per_episode") == 5.0
+    assert rows["med"].figure_keys == ["ask/cost", "ask/queries_per_episode"]
+    assert math.isnan(rows["rl"].figure("ask/queries_per_episode"))
+
+    out = tmp_path / "out"
+    done = _compare(*paths, "--out", out, "--baselines", tmp_path / "always")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote final {out / 'final.csv'}" in done.stdout
+    lines = (out / "comparison.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| label | source"))
+    assert header.endswith(
+        "| mean return | training wall time | ask/queries_per_episode | per seed |"
+    )
+    assert next(line for line in lines if line.startswith("| med | held-out")).endswith(
+        "| 0.540 | 3.0 min | 5.00 | 1: 0.900, 2: 0.900 |"
+    )
+    assert next(line for line in lines if line.startswith("| rl | held-out")).endswith(
+        "| 0.060 | 0.1 min | – | 1: 0.100 |"
+    )
+    assert next(line for line in lines if line.startswith("| always | baseline")).endswith(
+        "| 0.600 | – | 23.50 | 1.000 |"
+    )
+    assert "## The agents' own figures" in lines
+    assert "| med | held-out evaluation | " + LEVEL + " | 2 | 0.050 | 5.000 |" in lines
+    final = pd.read_csv(out / "final.csv")
+    assert list(final.columns) == [
+        "label",
+        "source",
+        "level",
+        "seed",
+        "success_rate",
+        "successes",
+        "episodes",
+        "mean_return",
+        "train_wall_seconds",
+        "ask/cost",
+        "ask/queries_per_episode",
+        "source_file",
+    ]
+    med = final[final.label == "med"]
+    assert med.train_wall_seconds.tolist() == [120.0, 240.0]
+    assert med["ask/queries_per_episode"].tolist() == [4.0, 6.0]
+    assert final[final.label == "rl"]["ask/cost"].isna().all()
+
+    # Without the figure anywhere, or with --figures left empty, no column is added.
+    done = _compare(plain, "--out", tmp_path / "out2")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out2" / "comparison.md").read_text()
+    assert "ask/queries_per_episode" not in text and "agents' own figures" not in text
+    done = _compare(*paths, "--out", tmp_path / "out3", "--figures")
+    header = next(
+        line
+        for line in (tmp_path / "out3" / "comparison.md").read_text().splitlines()
+        if line.startswith("| label | source")
+    )
+    assert header.endswith("| training wall time | per seed |")
