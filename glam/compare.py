@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from glam.eval.report import AGENT_FIGURES
 from glam.eval.stats import wilson_interval
 
 __all__ = [
@@ -102,8 +103,6 @@ EVAL_DIR = "eval"
 RESULTS_JSON = "results.json"
 SUCCESS, RETURN, EPISODES = "charts/success_rate", "charts/episode_return", "charts/episodes"
 ELAPSED = "elapsed_seconds"
-AGENT_FIGURES = "agent_figures"
-"""Key of a suite record in results.json with the agent's own figures (`glam.eval.report`)."""
 DEFAULT_LABEL_KEY = "train.label"
 DEFAULT_FIGURES = ("ask/queries_per_episode",)
 """Agent figures shown beside success in the final table, when some row has them."""
