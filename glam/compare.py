@@ -748,10 +748,15 @@ def _minutes(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min"
 
 
+def _figure_keys(finals: Sequence[FinalRow]) -> list[str]:
+    """Every agent figure some row's evaluations hold, sorted."""
+    return sorted({key for row in finals for key in row.figure_keys})
+
+
 def final_table(finals: Sequence[FinalRow]) -> pd.DataFrame:
     """One row per seed (file) of each final row: its success, episodes, return, training wall
     time and agent figures (blank where it has none)."""
-    keys = sorted({key for row in finals for key in row.figure_keys})
+    keys = _figure_keys(finals)
     records = [
         {
             "label": row.label,
@@ -846,8 +851,8 @@ def comparison_markdown(
             f"| {row.label} | {row.threshold:g} | {len(row.reached)} of {len(row.per_seed)} "
             f"| {_frames(row.median)} | {_frames(row.mean)} | {per_seed} |"
         )
-    present = {key for row in finals for key in row.figure_keys}
-    beside = [key for key in figures if key in present]
+    keys = _figure_keys(finals)
+    beside = [key for key in figures if key in keys]
     lines += [
         "",
         "## Final success",
@@ -881,8 +886,7 @@ def comparison_markdown(
             + "".join(f"{_num(row.figure(key), 2)} | " for key in beside)
             + f"{per_seed} |"
         )
-    if present:
-        keys = sorted(present)
+    if keys:
         lines += [
             "",
             "## The agents' own figures",
