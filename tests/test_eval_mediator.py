@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from accelerate import Accelerator
-from helpers_couplings import SMALL_SYMBOLIC
+from helpers_couplings import SMALL_SYMBOLIC, tiny_folder  # noqa: F401 (fixture)
 from omegaconf import OmegaConf
 
 import babyai_text
@@ -205,3 +205,31 @@ def test_the_script_takes_the_agent_s_ask_keys(tmp_path: Path) -> None:
     assert 0 < results["suites"]["no_change"]["agent_figures"]["ask/ask_fraction"] < 1
     refused = script("agent.kind=mediator", f"eval.output_dir={tmp_path / 'no'}", *common)
     assert refused.returncode == 1 and "agent.ask.mode" in refused.stderr
+
+
+def test_a_mediator_plays_with_another_planner_than_its_run_s(
+    mediator_run: Path, tiny_folder: Path, tmp_path: Path
+) -> None:
+    # Trained with the bot as planner, played with a (tiny) language model: the run's other
+    # ask settings stay, the language model is configured by agent.ask.
+    agent = AgentConfig(
+        kind="checkpoint",
+        path=str(mediator_run),
+        planner="llm",
+        ask=AskConfig(model=str(tiny_folder), cache=True),
+    )
+    results, episodes = _evaluate(agent, tmp_path)
+    ask = results["ask"]
+    assert (ask["mode"], ask["planner"], ask["model"]) == ("learned", "llm", str(tiny_folder))
+    assert ask["cost"] == 0.02 and ask["cache"] is True
+    assert results["label"].endswith(f":planner=llm:{tiny_folder.name}")
+    figures = results["suites"]["no_change"]["agent_figures"]
+    queries = sum(episode["ask/queries"] for episode in episodes)
+    # Every query reached the language model, or its cache: the bot planner was not consulted.
+    assert figures["ask/llm_calls"] + figures["ask/cache_hits"] == queries >= len(episodes)
+    assert figures["ask/llm_calls"] >= 1
+
+    with pytest.raises(ValueError, match="agent.planner=llm swaps the planner .* agent.ask.planner"):
+        AgentConfig(kind="mediator", planner="llm", ask=AskConfig(mode="always"))
+    with pytest.raises(ValueError, match="agent.planner='oracle' is not one of"):
+        AgentConfig(kind="checkpoint", path="run", planner="oracle")

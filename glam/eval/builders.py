@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import replace
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,7 @@ def agent_label(cfg: AgentConfig) -> str:
     if cfg.kind == "mediator":
         ask = cfg.ask
         rule = f"random(p={ask.probability:g})" if ask.mode == "random" else ask.mode
-        planner = f"llm:{Path(ask.model).name or ask.model}" if ask.planner == "llm" else "bot"
-        return f"mediator:{rule}:{planner}"
+        return f"mediator:{rule}:{_planner_label(ask.planner, ask.model)}"
     if cfg.kind == "teacher":
         return f"teacher:{cfg.teacher}" + (f":{cfg.model}" if cfg.teacher == "llm" else "")
     if cfg.kind == "zero_shot":
@@ -75,7 +75,13 @@ def agent_label(cfg: AgentConfig) -> str:
     # Campaign runs are named `<grid point>_seed-<n>` (or `seed-<n>`) inside the campaign folder.
     name = re.sub(r"_?seed-\d+$", "", path.name)
     name = f"{path.parent.name}/{name}" if name else path.parent.name
+    if cfg.planner is not None:  # a mediator played with another planner than its run's
+        name = f"{name}:planner={_planner_label(cfg.planner, cfg.ask.model)}"
     return f"{cfg.kind}:{name}"
+
+
+def _planner_label(planner: str, model: str) -> str:
+    return f"llm:{Path(model).name or model}" if planner == "llm" else "bot"
 
 
 def build_agent(
@@ -142,6 +148,13 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     policy = load_policy(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
     ask = _run_ask_settings(folder, policy)
+    if cfg.planner is not None:
+        if ask is None:
+            raise ValueError(
+                f"agent.planner={cfg.planner}: {folder} holds no mediator (a policy trained with "
+                "ask.mode other than none), there is no planner to swap"
+            )
+        ask = _swap_planner(ask, cfg.planner, cfg.ask)
     if isinstance(policy, LLMActorCritic):
         agent = _llm_checkpoint_agent(cfg, policy, greedy=greedy)
     else:
@@ -202,6 +215,16 @@ def _baseline_checkpoint_agent(cfg: AgentConfig, policy: torch.nn.Module, *, gre
         return policy(prompts, [list(action_words)] * len(prompts)).logits / temperature
 
     return ScoringAgent(agent_label(cfg), score, greedy=greedy, batch_size=cfg.batch_size)
+
+
+_PLANNER_KEYS = ("model", "backend", "base_url", "model_id", "timeout", "max_retries", "cache")
+"""The `ask` keys that say which planner answers and how; `agent.planner` takes them from
+`agent.ask`, the run's other `ask` settings (cost, budget, subgoal shown...) stay."""
+
+
+def _swap_planner(run: AskConfig, planner: str, settings: AskConfig) -> AskConfig:
+    """The run's `ask` settings with `planner` answering, configured as `settings` says."""
+    return replace(run, planner=planner, **{key: getattr(settings, key) for key in _PLANNER_KEYS})
 
 
 def _run_ask_settings(policy_folder: Path, policy: torch.nn.Module) -> AskConfig | None:

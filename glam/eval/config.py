@@ -109,6 +109,11 @@ class AgentConfig:
     """`mediator`: the planner, the rule that asks it (`agent.ask.mode`: always, skill_end or
     random) and the query cost (`glam.config.AskConfig`, the `ask.*` keys of training). A
     checkpoint takes its run's instead (its config.yaml): leave it at `mode=none` then."""
+    planner: str | None = None
+    """A checkpoint of a mediator: consult this planner (`llm` or `bot`) instead of its run's,
+    a language model's settings (model, backend, endpoint, cache) taken from `agent.ask`; the
+    rest of the run's `ask` settings stay. For example a mediator trained with the bot as an
+    oracle planner, played with the language model. None: the run's planner."""
 
     def __post_init__(self) -> None:
         _check_choice("agent.kind", self.kind, AGENT_KINDS)
@@ -133,6 +138,14 @@ class AgentConfig:
                 f"a network asks by a rule, agent.ask.mode one of {list(MEDIATOR_MODES)}; a "
                 "learned mediator is a checkpoint (agent.kind=checkpoint agent.path=<its run>)"
             )
+        if self.planner is not None:
+            _check_choice("agent.planner", self.planner, ("llm", "bot"))
+            if self.kind != "checkpoint":
+                raise ValueError(
+                    f"agent.planner={self.planner} swaps the planner of a mediator's checkpoint "
+                    f"(agent.kind=checkpoint), not of agent.kind={self.kind}"
+                    + ("; a rule's planner is agent.ask.planner" if self.kind == "mediator" else "")
+                )
         if self.kind != "mediator" and self.ask.mode != "none":
             raise ValueError(
                 f"agent.ask.mode={self.ask.mode!r} is for agent.kind=mediator, not "
