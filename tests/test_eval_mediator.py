@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from accelerate import Accelerator
-from helpers_couplings import SMALL_SYMBOLIC, tiny_folder  # noqa: F401 (fixture)
+from helpers_couplings import SMALL_SYMBOLIC
+from helpers_tiny import save_tiny_model
 from omegaconf import OmegaConf
 
 import babyai_text
@@ -208,8 +209,9 @@ def test_the_script_takes_the_agent_s_ask_keys(tmp_path: Path) -> None:
 
 
 def test_a_mediator_plays_with_another_planner_than_its_run_s(
-    mediator_run: Path, tiny_folder: Path, tmp_path: Path
+    mediator_run: Path, tmp_path: Path
 ) -> None:
+    tiny_folder = save_tiny_model(tmp_path / "tiny")
     # Trained with the bot as planner, played with a (tiny) language model: the run's other
     # ask settings stay, the language model is configured by agent.ask.
     agent = AgentConfig(
@@ -229,7 +231,9 @@ def test_a_mediator_plays_with_another_planner_than_its_run_s(
     assert figures["ask/llm_calls"] + figures["ask/cache_hits"] == queries >= len(episodes)
     assert figures["ask/llm_calls"] >= 1
 
-    with pytest.raises(ValueError, match="agent.planner=llm swaps the planner .* agent.ask.planner"):
+    with pytest.raises(
+        ValueError, match="agent.planner=llm swaps the planner .* agent.ask.planner"
+    ):
         AgentConfig(kind="mediator", planner="llm", ask=AskConfig(mode="always"))
     with pytest.raises(ValueError, match="agent.planner='oracle' is not one of"):
         AgentConfig(kind="checkpoint", path="run", planner="oracle")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import replace
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
