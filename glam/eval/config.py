@@ -221,7 +221,8 @@ class EvalConfig:
     label: str = ""
     """Name of this agent in tables; empty: derived from the agent (kind and path/model)."""
     progress_bar: bool = True
-    """Show a rich progress bar."""
+    """Show the progress: a rich bar on a terminal, a line every tenth of the episodes in a log
+    file (SLURM, nohup); false shows neither."""
     torch_threads: int = 0
     """torch.set_num_threads; 0 keeps torch's default."""
 
