@@ -263,6 +263,33 @@ def test_the_rollout_zeroes_the_memory_where_an_episode_ends_and_goes_on_with_it
     runner.close()
 
 
+def test_a_time_out_is_valued_with_the_memory_of_the_episode_it_ends() -> None:
+    cfg = compose_config("symbolic_ppo", [*SMALL_MEMORY, "ppo.bootstrap_truncated=true"])
+    torch.manual_seed(0)
+    policy = build_symbolic_policy(cfg, None)
+    runner = _short_episode_runner(cfg)
+    asked = []  # per step, the envs a time-out cut and their final observations
+    final_observations = runner.final_observations
+
+    def recording_final_observations():  # noqa: ANN202
+        asked.append(final_observations())
+        return asked[-1]
+
+    runner.final_observations = recording_final_observations
+    buffer, _ = _rollout(policy, runner, cfg)
+    runner.close()
+    finals = [(step, envs, obs) for step, (envs, obs) in enumerate(asked) if envs]
+    assert finals and buffer.final_values.ne(0).sum() == sum(len(envs) for _, envs, _ in finals)
+    with torch.no_grad():
+        for step, envs, observations in finals:
+            inputs = buffer.observations[step].inputs()
+            after = policy(**inputs, memory=buffer.memories[step]).memory[envs]
+            values = policy(**observations.inputs(), memory=after).values
+            fresh = policy(**observations.inputs()).values
+            torch.testing.assert_close(buffer.final_values[step, envs], values, rtol=0, atol=1e-6)
+            assert (values - fresh).abs().max() > 1e-6  # not the value of a memoryless view
+
+
 def test_the_update_replays_the_rollouts_memories_exactly() -> None:
     """The first epoch's forward over sequences (stored memory at each start, carried and zeroed
     at episode ends) gives the rollout's log-probs and values: PPO's first ratio is 1."""
