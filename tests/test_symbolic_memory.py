@@ -8,6 +8,7 @@ test_ppo_trainer.py pin the memoryless network, its folder and the trainer's num
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 from pathlib import Path
@@ -43,7 +44,14 @@ from glam.ppo.checkpoint import latest_checkpoint, policy_dir, read_trainer_stat
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import EnvRunner, play_episodes, resolve_action_space
-from glam.ppo.trainer import StopSignal, collect_rollout, policy_output, ppo_update, train
+from glam.ppo.trainer import (
+    SetupError,
+    StopSignal,
+    collect_rollout,
+    policy_output,
+    ppo_update,
+    train,
+)
 from glam.teach.hook import TeachHook
 
 LEVEL = "BabyAI-GoToLocal-v0"
@@ -326,6 +334,18 @@ def test_the_update_replays_the_rollouts_memories_exactly() -> None:
     assert (forgetful - mb.logprobs).abs().max() > 1e-4
     assert (unmasked - mb.logprobs).abs().max() > 1e-4
 
+    # The recomputed log-probs (reduced precision) go through the same sequences: ratio 1 exactly.
+    twin = copy.deepcopy(policy)
+    recomputed = ppo_update(
+        twin,
+        torch.optim.Adam(twin.parameters(), lr=1e-2),
+        buffer.transitions(advantages, returns),
+        cfg.ppo,
+        Accelerator(cpu=True),
+        True,
+    )
+    assert recomputed["debug/first_ratio_deviation"] == 0.0
+
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     before = [p.detach().clone() for p in policy.parameters()]
     metrics = ppo_update(policy, optimizer, batch, cfg.ppo, Accelerator(cpu=True), False)
@@ -389,6 +409,24 @@ def test_a_student_with_memory_is_taught_checkpointed_and_resumed(tmp_path: Path
     again = train(more, Accelerator(cpu=True), run_dir, make_policy=build_symbolic_policy)
     assert again.state.update == 4 and read_trainer_state(latest_checkpoint(run_dir)).update == 4
     assert float(_metrics(run_dir)[-1]["debug/first_ratio_deviation"]) < 1e-5
+
+
+def test_a_run_resumes_only_with_the_memory_setting_of_its_network(tmp_path: Path) -> None:
+    # A checkpoint written before `symbolic.memory` existed records no such key in its
+    # config.yaml (the same-run check cannot see it): its policy folder says what it is.
+    checkpoint = tmp_path / "update_000001"
+    _policy(SymbolicConfig(**{**MEMORY.__dict__, "memory": False})).save_pretrained(
+        checkpoint / "policy", training_env=TRAINED_ENV
+    )
+    cfg = compose_config("symbolic_ppo", SMALL_MEMORY)
+    with pytest.raises(
+        SetupError,
+        match=r"cannot resume: .*policy holds a network without memory, the run has "
+        r"symbolic.memory=true",
+    ):
+        build_symbolic_policy(cfg, checkpoint)
+    cfg.symbolic.memory = False
+    assert build_symbolic_policy(cfg, checkpoint).memory_size == 0
 
 
 # ---------------------------------------------------------------------------------------------

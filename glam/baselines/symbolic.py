@@ -73,6 +73,7 @@ __all__ = [
     "ImageBOWEmbedding",
     "SymbolicActorCritic",
     "build_symbolic_policy",
+    "resume_symbolic_policy",
 ]
 
 ACTOR_OUTPUT_SCALE = 0.01
@@ -324,10 +325,29 @@ def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
     except ValueError as error:
         raise SetupError(str(error)) from None
     if checkpoint is not None:
-        try:
-            return SymbolicActorCritic.from_pretrained(checkpoint / "policy", training_env=cfg.env)
-        except CheckpointError as error:
-            raise SetupError(f"cannot resume: {error}") from None
+        return resume_symbolic_policy(cfg, checkpoint)
     policy = SymbolicActorCritic(cfg.symbolic, action_words)
     policy.training_env = env_record(cfg.env)
+    return policy
+
+
+def resume_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path) -> SymbolicActorCritic:
+    """The symbolic network saved in `checkpoint / "policy"`, for the run `cfg` resumes.
+
+    Raises:
+        SetupError: the folder does not load, or its network has memory and the run's
+            `symbolic.memory` says none, or the reverse (a checkpoint written before the key
+            existed has no record of it in its config.yaml: its policy folder decides).
+    """
+    folder = checkpoint / "policy"
+    try:
+        policy = SymbolicActorCritic.from_pretrained(folder, training_env=cfg.env)
+    except CheckpointError as error:
+        raise SetupError(f"cannot resume: {error}") from None
+    if policy.cfg.memory != cfg.symbolic.memory:
+        saved = "with" if policy.cfg.memory else "without"
+        raise SetupError(
+            f"cannot resume: {folder} holds a network {saved} memory, the run has "
+            f"symbolic.memory={str(cfg.symbolic.memory).lower()}"
+        )
     return policy
