@@ -782,7 +782,9 @@ PolicyFactory = Callable[[TrainingRunConfig, "Path | None"], torch.nn.Module]
 `checkpoint / "policy"` when resuming. The module maps a batch of observations
 (`observation_kind`: `text`, the default, or `grid`; passed as `model(**observations.inputs())`)
 to a `PolicyOutput` over its `action_words`, has `save_pretrained(folder)`, and raises
-`SetupError` or `CheckpointError` when it cannot be built."""
+`SetupError` or `CheckpointError` when it cannot be built. A module with a `memory_size` above 0
+has memory: it is also passed `memory=` `(batch, memory_size)` and returns the next in
+`PolicyOutput.memory` (the module docstring says how it is trained)."""
 
 
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
