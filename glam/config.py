@@ -178,8 +178,8 @@ class SymbolicConfig:
     """BabyAI's actor-critic on minigrid's symbolic observation (`policy.kind=symbolic`): the
     7x7x3 egocentric grid through a convolutional encoder, the mission through a GRU over its
     words, FiLM layers conditioning the image features on the mission, and actor and critic
-    MLPs (Chevalier-Boisvert et al. 2019). Without BabyAI's optional LSTM memory: each step sees
-    the current view, which the GoTo levels need."""
+    MLPs (Chevalier-Boisvert et al. 2019); with `memory`, BabyAI's LSTM memory between the
+    pooled features and the two MLPs (`glam.baselines.symbolic`)."""
 
     image_dim: int = 128
     """Channels of the image encoder and of the FiLM layers."""
@@ -192,6 +192,13 @@ class SymbolicConfig:
     vocabulary_buckets: int = 1024
     """Words are hashed (crc32) into this many embedding rows: no vocabulary file, the same ids
     on every process, and paraphrased or translated missions still encode."""
+    memory: bool = False
+    """BabyAI's LSTM memory (its `use_memory`): an LSTM cell of `image_dim` units reads the
+    pooled features of each step, and its hidden state, not the features, feeds the actor and
+    the critic. The policy then carries a memory per env, `(h, c)` of `2 * image_dim` numbers,
+    zero at the start of an episode, and PPO's update replays it over sequences of
+    `ppo.recurrence` steps. False: each step sees only the current view (enough where the target
+    stays in view; an object that left the view is forgotten)."""
 
     def __post_init__(self) -> None:
         for name in ("image_dim", "instr_dim", "film_layers", "hidden_dim"):
@@ -366,11 +373,25 @@ class PPOConfig:
     """At a time-out, bootstrap the return from the value of the episode's final observation
     instead of treating the time-out as a terminal state (GLAM: false; BabyAI's prompt does not
     show the step count, so the final state looks like any other)."""
+    recurrence: int = 20
+    """Steps per sequence in the update of a policy with memory (`symbolic.memory=true`): the
+    rollout of each env is cut into sequences of this many consecutive steps, minibatches are
+    made of whole sequences, and each sequence starts from the memory the rollout stored and
+    carries it through its steps (gradients flow back through them), as BabyAI's PPO does.
+    BabyAI's 20 (torch-ac's own default is 4). It must divide `ppo.frames_per_env` and each
+    process's minibatch and micro-batch; a policy without memory ignores it."""
 
     def __post_init__(self) -> None:
         _check_positive("ppo.lr", self.lr)
         _check_choice("ppo.lr_schedule", self.lr_schedule, ("constant", "linear", "cosine"))
-        for name in ("frames_per_env", "epochs", "minibatch_size", "clip_eps", "max_grad_norm"):
+        for name in (
+            "frames_per_env",
+            "epochs",
+            "minibatch_size",
+            "clip_eps",
+            "max_grad_norm",
+            "recurrence",
+        ):
             _check_positive(f"ppo.{name}", getattr(self, name))
         if self.micro_batch_size is not None:
             _check_positive("ppo.micro_batch_size", self.micro_batch_size)
@@ -384,6 +405,36 @@ class PPOConfig:
         for name in ("entropy_coef", "value_coef", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ppo.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def check_recurrence(ppo: PPOConfig, processes: int = 1) -> None:
+    """Check that a policy with memory can be updated in sequences of `ppo.recurrence` steps:
+    they tile each env's rollout, and each process's minibatch and micro-batch hold whole
+    sequences (`processes` share every minibatch equally).
+
+    Raises:
+        ValueError: naming the key to change.
+    """
+    recurrence = ppo.recurrence
+    local = ppo.minibatch_size // processes
+    micro = min(ppo.micro_batch_size or local, local)
+    why = "a policy with memory is updated in whole sequences of ppo.recurrence steps"
+    if ppo.frames_per_env % recurrence:
+        raise ValueError(
+            f"ppo.recurrence={recurrence} must divide ppo.frames_per_env={ppo.frames_per_env} "
+            f"({why} of one env's rollout)"
+        )
+    if local % recurrence:
+        per_process = "" if processes == 1 else f" / {processes} processes = {local}"
+        raise ValueError(
+            f"ppo.recurrence={recurrence} must divide the minibatch of each process, "
+            f"ppo.minibatch_size={ppo.minibatch_size}{per_process} ({why})"
+        )
+    if micro % recurrence:
+        raise ValueError(
+            f"ppo.recurrence={recurrence} must divide ppo.micro_batch_size={micro} ({why}; "
+            "null: the whole minibatch at once)"
+        )
 
 
 MAX_RUN_SEED = 10_000
@@ -861,6 +912,8 @@ class TrainingRunConfig:
                 f"train.probe_every={self.train.probe_every}: the action-probability probe is "
                 f"for language-model policies, not policy.kind={self.policy.kind!r}; set it to 0"
             )
+        if self.policy.kind == "symbolic" and self.symbolic.memory:
+            check_recurrence(self.ppo)
         if self.frames_per_update % self.ppo.minibatch_size:
             raise ValueError(
                 f"ppo.minibatch_size={self.ppo.minibatch_size} must divide the transitions per "

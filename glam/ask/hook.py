@@ -24,11 +24,10 @@ import torch
 
 from glam.ask.mediated import MEDIATOR_ACTIONS, AskCounts, MediatedEnv
 from glam.ask.planner import BotPlanner, LLMPlanner, Planner
-from glam.baselines.symbolic import SymbolicActorCritic
+from glam.baselines.symbolic import SymbolicActorCritic, resume_symbolic_policy
 from glam.config import AskConfig, TrainingRunConfig
-from glam.policy.files import CheckpointError, env_record
+from glam.policy.files import env_record
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.trainer import SetupError
 from glam.skills import SkillMap
 from glam.teach.scorers import SubgoalScorer, build_scorer
 
@@ -42,10 +41,7 @@ def build_mediator_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
     """The mediator: a fresh symbolic network of the `symbolic` settings over `MEDIATOR_ACTIONS`,
     or the one saved in `checkpoint / "policy"` (the trainer's `PolicyFactory`)."""
     if checkpoint is not None:
-        try:
-            return SymbolicActorCritic.from_pretrained(checkpoint / "policy", training_env=cfg.env)
-        except CheckpointError as error:
-            raise SetupError(f"cannot resume: {error}") from None
+        return resume_symbolic_policy(cfg, checkpoint)
     policy = SymbolicActorCritic(cfg.symbolic, MEDIATOR_ACTIONS)
     policy.training_env = env_record(cfg.env)
     return policy

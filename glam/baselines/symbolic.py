@@ -1,7 +1,7 @@
 """BabyAI's actor-critic on minigrid's symbolic observation: the paper's "symbolic PPO" baseline.
 
 The model of Chevalier-Boisvert et al. (2019), as BabyAI 1.1 ships it (`babyai/model.py`,
-architecture `bow_endpool_res` with a GRU over the mission, without the optional LSTM memory):
+architecture `bow_endpool_res` with a GRU over the mission, and its optional LSTM memory):
 
     image (B, 7, 7, 3) -> bag of words: one embedding per (channel, value), summed over the
                           three channels of a cell -> (B, D, 7, 7)
@@ -9,8 +9,18 @@ architecture `bow_endpool_res` with a GRU over the mission, without the optional
     mission words      -> hashed ids -> embedding -> GRU -> its output after the last word (B, I)
     `film_layers` x    x = x + FiLMBlock(x, mission)      (residual; FiLM: gamma(m) * x + beta(m))
                        -> max-pool over the 7 x 7 cells, ReLU -> (B, D)
+    with `memory`:     -> LSTM cell (D -> D) from the memory (h, c): embedding h (B, D), and the
+                          new memory cat(h, c) (B, 2D), passed to the env's next step
                        -> actor MLP (D -> hidden -> A, tanh): one logit per action word
                        -> critic MLP (D -> hidden -> 1, tanh): the state value
+
+With `symbolic.memory` the policy is recurrent: `forward` takes each env's memory (zero at the
+start of an episode; None: all zero) and returns the next in `PolicyOutput.memory`, and
+`memory_size` says how many numbers it holds (0 without memory, as before: the memoryless network,
+its outputs and its saved folder are those of the model without the option). The PPO trainer
+keeps one memory per env and replays it over sequences of `ppo.recurrence` steps
+(`glam.ppo.trainer`); the evaluation harness keeps one per env slot (`glam.eval.agents`). The LSTM
+cell keeps torch's initialisation, as in BabyAI (its initialiser only touches linear layers).
 
 One deliberate difference: BabyAI normalises with `BatchNorm2d`; this model normalises each
 example on its own (`GroupNorm` with one group: mean and variance over its channels and cells).
@@ -23,8 +33,9 @@ normalisation gives one function of the observation in every mode and batch.
 The direction the agent faces is accepted (minigrid's observation carries it) and, as in
 BabyAI, not used: the view is egocentric, and the GLAM levels need no compass.
 
-A policy folder is `glam_policy.json` (`kind: "symbolic"`, the `symbolic` settings, the action
-words, the env it was trained on) and `model.safetensors`: no pickle, no code.
+A policy folder is `glam_policy.json` (`kind: "symbolic"`, the `symbolic` settings, `memory`
+among them, the action words, the env it was trained on) and `model.safetensors`: no pickle, no
+code. A folder saved before `memory` existed has no such key and loads as a memoryless policy.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ __all__ = [
     "ImageBOWEmbedding",
     "SymbolicActorCritic",
     "build_symbolic_policy",
+    "resume_symbolic_policy",
 ]
 
 ACTOR_OUTPUT_SCALE = 0.01
@@ -182,6 +194,11 @@ class SymbolicActorCritic(nn.Module):
         self.film_blocks = nn.ModuleList(
             FiLMBlock(dim, cfg.instr_dim) for _ in range(cfg.film_layers)
         )
+        self.memory_size = 2 * dim if cfg.memory else 0
+        """Numbers of memory each env carries from one step to the next, `(h, c)` of the LSTM
+        cell; 0 without memory (then `forward` takes none and returns none)."""
+        if cfg.memory:  # only then: a memoryless policy draws its weights as it always did
+            self.memory_rnn = nn.LSTMCell(dim, dim)
         self.actor = mlp(dim, [cfg.hidden_dim], len(self.action_words), "tanh")
         self.critic = mlp(dim, [cfg.hidden_dim], 1, "tanh")
         self.apply(init_linear)
@@ -208,27 +225,52 @@ class SymbolicActorCritic(nn.Module):
         # Padding comes after the last word, so the output there has not read any of it.
         return outputs[torch.arange(len(missions), device=self.device), lengths.to(self.device) - 1]
 
-    def forward(self, images: Tensor, directions: Tensor, missions: Sequence[str]) -> PolicyOutput:
-        """Action logits `(B, A)`, values `(B,)` and an all-True mask `(B, A)`.
+    def forward(
+        self,
+        images: Tensor,
+        directions: Tensor,
+        missions: Sequence[str],
+        memory: Tensor | None = None,
+    ) -> PolicyOutput:
+        """Action logits `(B, A)`, values `(B,)`, an all-True mask `(B, A)` and, with memory,
+        the memory after this step `(B, memory_size)`.
 
         Args:
             images: `(B, 7, 7, 3)` minigrid codes (`GridObservations.images`), on any device.
             directions: `(B,)` the agent's direction; not used (the view is egocentric).
             missions: the B mission texts.
+            memory: `(B, memory_size)` each env's memory before this step, on any device: the
+                `memory` of its previous step's output, zero where an episode starts; None: zero
+                for all. Only for a policy with memory.
         """
         if not (len(images) == len(directions) == len(missions)):
             raise ValueError(
                 f"one image, direction and mission per env: got {len(images)} images, "
                 f"{len(directions)} directions, {len(missions)} missions"
             )
+        if memory is not None and not self.memory_size:
+            raise ValueError("this policy has no memory (symbolic.memory=false): pass memory=None")
+        if memory is not None and tuple(memory.shape) != (len(missions), self.memory_size):
+            raise ValueError(
+                f"memory must be (batch, memory_size) = ({len(missions)}, {self.memory_size}), "
+                f"got {tuple(memory.shape)}"
+            )
         condition = self.encode_missions(missions)
         features = self.image_encoder(images.to(self.device))
         for block in self.film_blocks:
             features = features + block(features, condition)
         embedding = torch.relu(features.amax(dim=(2, 3)))  # (B, image_dim)
+        next_memory = None
+        if self.memory_size:
+            if memory is None:
+                memory = embedding.new_zeros(len(missions), self.memory_size)
+            hidden, cell = memory.to(embedding.device, embedding.dtype).chunk(2, dim=1)
+            hidden, cell = self.memory_rnn(embedding, (hidden, cell))
+            embedding, next_memory = hidden, torch.cat([hidden, cell], dim=1)
         logits = self.actor(embedding)
         values = self.critic(embedding).squeeze(-1)
-        return PolicyOutput(logits, values, torch.ones_like(logits, dtype=torch.bool))
+        mask = torch.ones_like(logits, dtype=torch.bool)
+        return PolicyOutput(logits, values, mask, next_memory)
 
     # ----------------------------------------------------------------------------------------
     # Checkpoints
@@ -283,10 +325,29 @@ def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
     except ValueError as error:
         raise SetupError(str(error)) from None
     if checkpoint is not None:
-        try:
-            return SymbolicActorCritic.from_pretrained(checkpoint / "policy", training_env=cfg.env)
-        except CheckpointError as error:
-            raise SetupError(f"cannot resume: {error}") from None
+        return resume_symbolic_policy(cfg, checkpoint)
     policy = SymbolicActorCritic(cfg.symbolic, action_words)
     policy.training_env = env_record(cfg.env)
+    return policy
+
+
+def resume_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path) -> SymbolicActorCritic:
+    """The symbolic network saved in `checkpoint / "policy"`, for the run `cfg` resumes.
+
+    Raises:
+        SetupError: the folder does not load, or its network has memory and the run's
+            `symbolic.memory` says none, or the reverse (a checkpoint written before the key
+            existed has no record of it in its config.yaml: its policy folder decides).
+    """
+    folder = checkpoint / "policy"
+    try:
+        policy = SymbolicActorCritic.from_pretrained(folder, training_env=cfg.env)
+    except CheckpointError as error:
+        raise SetupError(f"cannot resume: {error}") from None
+    if policy.cfg.memory != cfg.symbolic.memory:
+        saved = "with" if policy.cfg.memory else "without"
+        raise SetupError(
+            f"cannot resume: {folder} holds a network {saved} memory, the run has "
+            f"symbolic.memory={str(cfg.symbolic.memory).lower()}"
+        )
     return policy

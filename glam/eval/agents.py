@@ -270,7 +270,10 @@ def grid_observation(env: Any) -> dict[str, Any]:
 class SymbolicAgent(Agent):
     """A policy on minigrid's symbolic observation (`SymbolicActorCritic`): it reads each env's
     grid and mission, never the prompt, so a suite that only rewrites the prompt does not
-    apply to it (`glam.eval.suites.plan_suite`, prompt format `grid`)."""
+    apply to it (`glam.eval.suites.plan_suite`, prompt format `grid`).
+
+    A policy with memory (`symbolic.memory`) keeps one memory per env slot, zero at the first
+    step of each episode (`ActRequest.new_episode`), as in training."""
 
     prompt_format = "grid"
 
@@ -296,6 +299,8 @@ class SymbolicAgent(Agent):
         self.greedy = greedy
         self.temperature = temperature
         self.batch_size = batch_size
+        self.memories: dict[int, torch.Tensor] = {}
+        """A policy with memory's memory `(memory_size,)` after the last step of each env slot."""
 
     @torch.no_grad()
     def act(self, request: ActRequest) -> list[Decision]:
@@ -306,10 +311,34 @@ class SymbolicAgent(Agent):
                 "it was trained in (eval.action_space)"
             )
         observations = GridObservations.from_minigrid([grid_observation(e) for e in request.envs])
+        memory = self._memories_before(request)
         n, size = len(observations), self.batch_size or len(observations)
-        chunks = [observations.select(range(i, min(i + size, n))) for i in range(0, n, size)]
-        logits = torch.cat([self.policy(**chunk.inputs()).logits for chunk in chunks])
+        outputs = []
+        for start in range(0, n, size):
+            rows = range(start, min(start + size, n))
+            inputs = observations.select(rows).inputs()
+            if memory is not None:
+                inputs["memory"] = memory[start : rows.stop]
+            outputs.append(self.policy(**inputs))
+        if memory is not None:
+            after = torch.cat([output.memory for output in outputs])
+            self.memories.update(zip(request.slots, after, strict=True))
+        logits = torch.cat([output.logits for output in outputs])
         actions = choose_actions(
             logits.float().cpu() / self.temperature, request.rngs, greedy=self.greedy
         )
         return [Decision(action) for action in actions]
+
+    def _memories_before(self, request: ActRequest) -> torch.Tensor | None:
+        """`(envs, memory_size)` each slot's memory from its last step, zero where an episode
+        starts; None for a policy without memory."""
+        size = self.policy.memory_size
+        if not size:
+            return None
+        zero = torch.zeros(size, device=self.policy.device)
+        return torch.stack(
+            [
+                zero if new else self.memories[slot]
+                for slot, new in zip(request.slots, request.new_episode, strict=True)
+            ]
+        )

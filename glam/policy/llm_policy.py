@@ -81,6 +81,9 @@ class PolicyOutput:
     """(B,) state values."""
     mask: Tensor
     """(B, C_max) True where a candidate exists."""
+    memory: Tensor | None = None
+    """(B, memory_size) a policy with memory's memory after this step, to pass to its next
+    step (`glam.baselines.symbolic`); None for a policy without memory."""
 
     @property
     def dist(self) -> Categorical:
@@ -89,7 +92,19 @@ class PolicyOutput:
 
     def rows(self, n: int) -> PolicyOutput:
         """The output of the first `n` prompts of the batch."""
-        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n])
+        memory = None if self.memory is None else self.memory[:n]
+        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n], memory)
+
+    @classmethod
+    def cat(cls, parts: Sequence[PolicyOutput]) -> PolicyOutput:
+        """The outputs one after the other (the same number of candidates in each)."""
+        memories = [part.memory for part in parts]
+        return cls(
+            torch.cat([part.logits for part in parts]),
+            torch.cat([part.values for part in parts]),
+            torch.cat([part.mask for part in parts]),
+            None if any(m is None for m in memories) else torch.cat(memories),
+        )
 
 
 class LLMActorCritic(nn.Module):

@@ -1,4 +1,9 @@
-"""Rollout storage: what the policy saw and did at each step of each local environment."""
+"""Rollout storage: what the policy saw and did at each step of each local environment.
+
+For a policy with memory the buffer also keeps the memory each step read, and hands the rollout
+to the update env by env (`RolloutBuffer.transitions`): a sequence of consecutive steps of one env
+is then a run of consecutive positions, which the update replays with that memory.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,12 @@ class Transitions:
     """`(batch,)` value targets (advantages + values)."""
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     """`(batch, ...)` tensors the trainer's hooks stored with the transitions, by name."""
+    dones: torch.Tensor | None = None
+    """`(batch,)` the episode ended with this step's action (the next step of the env starts
+    from a zero memory); None where not recorded."""
+    memories: torch.Tensor | None = None
+    """`(batch, memory_size)` the memory the policy read at this step (a policy with memory);
+    None for a policy without memory."""
 
     def __len__(self) -> int:
         return len(self.observations)
@@ -41,6 +52,8 @@ class Transitions:
             advantages=self.advantages[index],
             returns=self.returns[index],
             extras={name: values[index] for name, values in self.extras.items()},
+            dones=None if self.dones is None else self.dones[index],
+            memories=None if self.memories is None else self.memories[index],
         )
 
 
@@ -67,6 +80,9 @@ class RolloutBuffer:
         `ppo.bootstrap_truncated`), 0 elsewhere."""
         self.extras: dict[str, torch.Tensor] = {}
         """`(steps, envs, ...)` tensors of the trainer's hooks, by name (made at first use)."""
+        self.memories: torch.Tensor | None = None
+        """`(steps, envs, memory_size)` the memory each env's policy read at each step (a policy
+        with memory; made at first use), None for a policy without memory."""
         self.step = 0
 
     def add(
@@ -78,14 +94,28 @@ class RolloutBuffer:
         rewards: torch.Tensor,
         dones: torch.Tensor,
         extras: dict[str, torch.Tensor] | None = None,
+        memories: torch.Tensor | None = None,
     ) -> None:
         """Store one step: what each env's policy saw, chose and got. Tensors are `(envs,)`;
-        `extras` are `(envs, ...)` tensors of the hooks, by name (the same names every step)."""
+        `extras` are `(envs, ...)` tensors of the hooks, by name (the same names every step);
+        `memories` `(envs, memory_size)` the memory a policy with memory read (at every step of
+        a rollout or at none)."""
         if self.step >= self.num_steps:
             raise IndexError(f"rollout buffer is full ({self.num_steps} steps)")
         if len(observations) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} observations, got {len(observations)}")
         t = self.step
+        if t == 0:
+            self.memories = (
+                None
+                if memories is None
+                else torch.zeros((self.num_steps, *memories.shape), dtype=torch.float32)
+            )
+        if (memories is None) != (self.memories is None):
+            raise ValueError(
+                f"step {t} {'brings no' if memories is None else 'brings a'} memory, the "
+                f"rollout's first step {'did' if memories is None else 'did not'}"
+            )
         self.observations[t] = observations
         self.actions[t] = actions.detach().to("cpu", torch.long)
         self.logprobs[t] = logprobs.detach().to("cpu", torch.float32)
@@ -105,6 +135,8 @@ class RolloutBuffer:
             )
         for name, values in extras.items():
             self.extras[name][t] = values.detach().cpu()
+        if memories is not None:
+            self.memories[t] = memories.detach().to("cpu", torch.float32)
         self.step += 1
 
     @property
@@ -118,18 +150,49 @@ class RolloutBuffer:
         self.final_values.zero_()
 
     def transitions(self, advantages: torch.Tensor, returns: torch.Tensor) -> Transitions:
-        """All stored steps as one flat batch, step-major (`t * num_envs + env`)."""
+        """All stored steps as one flat batch: step-major (`t * num_envs + env`), or env-major
+        (`env * num_steps + t`) when the policy has memory, so that consecutive steps of an env
+        are consecutive positions (the update's sequences).
+
+        `advantages` and `returns` are `(steps, envs)`, as GAE computes them.
+        """
         if not self.full:
             raise RuntimeError(f"rollout buffer holds {self.step} of {self.num_steps} steps")
         first = self.observations[0]
+        observations = type(first).cat(self.observations)
+        if self.memories is None:
+            flat = _step_major
+        else:
+            flat = _env_major
+            order = torch.arange(self.num_steps * self.num_envs).reshape(self.num_steps, -1)
+            observations = observations.select(flat(order).tolist())
         return Transitions(
-            observations=type(first).cat(self.observations),
-            actions=self.actions.reshape(-1),
-            logprobs=self.logprobs.reshape(-1),
-            values=self.values.reshape(-1),
-            advantages=advantages.reshape(-1),
-            returns=returns.reshape(-1),
-            extras={
-                name: values.reshape(-1, *values.shape[2:]) for name, values in self.extras.items()
-            },
+            observations=observations,
+            actions=flat(self.actions),
+            logprobs=flat(self.logprobs),
+            values=flat(self.values),
+            advantages=flat(advantages),
+            returns=flat(returns),
+            extras={name: flat(values) for name, values in self.extras.items()},
+            dones=flat(self.dones),
+            memories=None if self.memories is None else flat(self.memories),
         )
+
+
+def _step_major(values: torch.Tensor) -> torch.Tensor:
+    """`(steps, envs, ...)` -> `(steps * envs, ...)`, position `t * envs + env`."""
+    return values.reshape(-1, *values.shape[2:])
+
+
+def _env_major(values: torch.Tensor) -> torch.Tensor:
+    """`(steps, envs, ...)` -> `(envs * steps, ...)`, position `env * steps + t`."""
+    return values.transpose(0, 1).reshape(-1, *values.shape[2:])
+
+
+def sequence_positions(sequences: torch.Tensor, recurrence: int) -> torch.Tensor:
+    """Positions in an env-major batch (`RolloutBuffer.transitions` of a policy with memory) of
+    the sequences numbered `sequences` `(S,)`, sequence j being positions `j * recurrence` to
+    `j * recurrence + recurrence - 1`: `(recurrence * S,)`, step by step (the first step of
+    every sequence, then the second...). With `recurrence` 1, `sequences` themselves."""
+    steps = torch.arange(recurrence, dtype=sequences.dtype)
+    return (sequences[None, :] * recurrence + steps[:, None]).reshape(-1)

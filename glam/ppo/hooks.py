@@ -67,7 +67,11 @@ class TrainerHook:
     def loss(self, output: PolicyOutput, batch: Transitions) -> torch.Tensor | None:
         """Called for every micro-batch of the update with the policy's output on `batch`;
         returns a scalar to add to PPO's loss (it is backpropagated with it), or None to add
-        nothing. Keep the term's statistics yourself and report them in `after_update`."""
+        nothing. Keep the term's statistics yourself and report them in `after_update`.
+
+        Row i of `output` is the policy's output on row i of `batch`, with or without memory
+        (with memory, `batch` holds whole sequences of `ppo.recurrence` steps, step by step, and
+        each row's output was computed with its memory: a mean over rows is a mean over steps)."""
         return None
 
     def after_update(

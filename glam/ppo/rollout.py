@@ -260,14 +260,20 @@ def play_episodes(
     """Play the next episode of every env of `runner` with `policy`; return their stats.
 
     A quick check of a policy on a fixed set of seeds (those of `runner`'s schedule), used by
-    the learning test; `glam.eval` is the full evaluation harness.
+    the learning test; `glam.eval` is the full evaluation harness. A policy with memory
+    (`memory_size`) carries one per env, zero at each episode's start.
     """
     runner.reset()
     results: list[dict[str, Any] | None] = [None] * runner.num_envs
+    size = getattr(policy, "memory_size", 0)
+    memory = torch.zeros(runner.num_envs, size) if size else None
     while any(result is None for result in results):
-        output = policy(**runner.observations().inputs())
+        inputs = runner.observations().inputs()
+        output = policy(**inputs) if memory is None else policy(**inputs, memory=memory)
         actions = output.logits.argmax(-1) if greedy else output.dist.sample()
-        _, _, episodes = runner.step(actions.tolist())
+        _, dones, episodes = runner.step(actions.tolist())
+        if memory is not None:
+            memory = output.memory * ~torch.as_tensor(dones, device=output.memory.device)[:, None]
         for i, episode in enumerate(episodes):
             if episode is not None and results[i] is None:
                 results[i] = episode

@@ -4,6 +4,19 @@
 rollout, compute advantages, run the PPO epochs, log, checkpoint. Distribution goes through the
 `Accelerator` only: each process steps `env.num_envs / world_size` environments, gradients are
 averaged by DDP (or DeepSpeed), metrics are reduced over processes.
+
+A policy with memory (`memory_size` > 0: BabyAI's LSTM, `symbolic.memory`) is trained as
+BabyAI's PPO trains it. The rollout keeps one memory per local env, stores the memory each step
+read, and zeroes an env's memory when its episode ends; the memories go on from one rollout to
+the next (a new session starts from zero: its envs start new episodes). The update cuts each
+env's rollout into sequences of `ppo.recurrence` consecutive steps; minibatches are whole
+sequences; each sequence starts from the memory stored at its first step and carries the
+policy's new memory through its steps, zeroed after an episode's end, so gradients flow back
+through the sequence; PPO's loss is the mean over all the steps of the minibatch (BabyAI
+averages the per-step means, the same number with equal sizes). Sequences start at the same
+steps in every epoch (BabyAI's `PPOAlgo`; torch-ac's newer one shifts them every other epoch).
+Hooks see a recurrent minibatch as any other: the rows of the sequences' steps and the policy's
+output on each (`TrainerHook.loss`).
 """
 
 from __future__ import annotations
@@ -26,12 +39,13 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast_object_list, set_seed
 from omegaconf import OmegaConf
 
-from glam.config import PPOConfig, TrainingRunConfig
+from glam.config import PPOConfig, TrainingRunConfig, check_recurrence
 from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
 from glam.models.precision import resolve_autocast_bf16
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
-from glam.ppo.buffer import RolloutBuffer, Transitions
+from glam.policy.observations import Observations
+from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
 from glam.ppo.checkpoint import (
     TrainerState,
     UnusableCheckpoint,
@@ -91,6 +105,9 @@ class Rollout:
     frames: int = 0
     """Primitive steps the local envs took (`ppo.frames_per_env` per env, unless a coded
     action of `glam.codeact` took several)."""
+    memory: torch.Tensor | None = None
+    """`(envs, memory_size)` a policy with memory's memory for each env's next step (zero
+    where an episode just ended), to go on with in the next rollout; None without memory."""
 
 
 class StopSignal:
@@ -184,10 +201,11 @@ def train(
         while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
             # 1. Rollout: score every local env's candidates in one batch, sample, step, store.
             rollout = collect_rollout(
-                t.model, t.runner, t.buffer, cfg, accelerator, stop, hooks, t.clock
+                t.model, t.runner, t.buffer, cfg, accelerator, stop, hooks, t.clock, t.memory
             )
             if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
                 break
+            t.memory = rollout.memory  # the envs' episodes go on in the next rollout
             # 2. Advantages.
             advantages, returns = compute_gae(
                 t.buffer.rewards,
@@ -258,25 +276,34 @@ def collect_rollout(
     stop: StopSignal,
     hooks: Sequence[TrainerHook] = (),
     clock: PhaseClock | None = None,
+    memory: torch.Tensor | None = None,
 ) -> Rollout | None:
     """Fill `buffer` with `ppo.frames_per_env` steps of every local env; None if asked to stop.
 
     `hooks` observe each step before the policy acts (their tensors are stored with the step)
-    and after the envs applied the actions. `clock` is charged the forwards and the env steps."""
+    and after the envs applied the actions. `clock` is charged the forwards and the env steps.
+    A policy with memory starts from `memory` `(envs, memory_size)` (the last rollout's
+    `Rollout.memory`; None: zero, every env at an episode's start); it is ignored otherwise."""
     clock = clock or PhaseClock()
     start, start_frames = time.perf_counter(), runner.frames
     model.eval()
     buffer.reset()
     episodes = EpisodeStats()
+    size = memory_size(model, accelerator)
+    if not size:
+        memory = None
+    elif memory is None:
+        memory = torch.zeros(runner.num_envs, size)
     # Final observations of time-outs ride along with the next forward pass, so every process
     # runs the same number of forwards (ZeRO-3 gathers weights in each).
     final_envs: list[int] = []
-    finals = None
+    finals, final_memory = None, None
     for t in range(buffer.num_steps + 1):
         observations = runner.observations()
         inputs = observations if finals is None else type(observations).cat([observations, finals])
+        memories = memory if finals is None or memory is None else torch.cat([memory, final_memory])
         with clock.phase("rollout_forward"):
-            batch = model(**inputs.inputs())
+            batch = model(**policy_inputs(inputs, memories))
             raise_if_diverged(accelerator, not _finite(batch))
         values = batch.values.float().cpu()
         for env, value in zip(final_envs, values[len(observations) :], strict=True):
@@ -301,17 +328,37 @@ def collect_rollout(
                 torch.as_tensor(rewards) * cfg.env.reward_scale,
                 torch.as_tensor(dones),
                 extras,
+                memory,
             )
             final_envs, finals = (
                 runner.final_observations() if cfg.ppo.bootstrap_truncated else ([], None)
             )
+        if memory is not None:
+            # A time-out's final view is valued with the memory of the episode it ends; the env's
+            # next step starts a new episode, from a zero memory.
+            next_memory = output.memory.float().cpu()
+            final_memory = next_memory[final_envs]
+            memory = next_memory * ~torch.as_tensor(dones)[:, None]
         for episode in ended:
             if episode is not None:
                 episodes.add(episode)
         if stop.requested(accelerator):
             return None
     seconds, frames = time.perf_counter() - start, runner.frames - start_frames
-    return Rollout(last_values, episodes, seconds, frames)
+    return Rollout(last_values, episodes, seconds, frames, memory)
+
+
+def memory_size(model: torch.nn.Module, accelerator: Accelerator) -> int:
+    """How many numbers of memory the policy carries per env (its `memory_size`; 0: none)."""
+    return int(getattr(accelerator.unwrap_model(model), "memory_size", 0))
+
+
+def policy_inputs(observations: Observations, memory: torch.Tensor | None) -> dict[str, Any]:
+    """The policy's keyword arguments: the observations', and `memory` if the policy has one."""
+    inputs = observations.inputs()
+    if memory is not None:
+        inputs["memory"] = memory
+    return inputs
 
 
 def ppo_update(
@@ -330,7 +377,9 @@ def ppo_update(
     is charged the forwards, backwards and optimizer steps.
 
     Each process takes `minibatch_size / world_size` transitions per step, in chunks of
-    `micro_batch_size` with gradient accumulation; gradients are averaged over processes.
+    `micro_batch_size` with gradient accumulation; gradients are averaged over processes. With
+    memory (`batch.memories`, env-major) the minibatches and chunks are whole sequences of
+    `ppo.recurrence` steps (the module docstring).
 
     Returns metrics averaged over minibatches and processes, plus `debug/first_ratio_deviation`:
     `max |ratio - 1|` on the first minibatch, before any step (0 unless log-probs drift between
@@ -350,21 +399,29 @@ def ppo_update(
     if ppo.normalize_advantages:
         mean, std = _global_mean_std(accelerator, batch.advantages)
         batch.advantages = normalize_advantages(batch.advantages, mean, std)
-    orders = [torch.randperm(len(batch)) for _ in range(ppo.epochs)]
+    # Without memory a "sequence" is one transition, and this is plain PPO's shuffle.
+    recurrence = 1 if batch.memories is None else ppo.recurrence
+    if len(batch) % recurrence:
+        raise ValueError(
+            f"{len(batch)} transitions are not whole sequences of ppo.recurrence={recurrence} steps"
+        )
+    orders = [torch.randperm(len(batch) // recurrence) for _ in range(ppo.epochs)]
+    sequences, micro_sequences = local_minibatch // recurrence, micro // recurrence
     if recompute:
         with clock.phase("recompute"):
-            _recompute_old_logprobs(model, batch, orders[0], local_minibatch, micro)
+            _recompute_old_logprobs(model, batch, orders[0], sequences, micro_sequences, recurrence)
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     sums: dict[str, float] = defaultdict(float)
     count, steps, first_deviation, epochs_run = 0, 0, None, 0
     for epoch in range(ppo.epochs):
         epoch_kl = []
-        for minibatch in orders[epoch].split(local_minibatch):
-            for chunk in minibatch.split(micro):
+        for minibatch in orders[epoch].split(sequences):
+            for chunk in minibatch.split(micro_sequences):
+                mb = batch.select(sequence_positions(chunk, recurrence))
                 with accelerator.accumulate(model):
                     with clock.phase("forward"):
-                        loss, stats = _chunk_loss(model, batch.select(chunk), ppo, device, hooks)
+                        loss, stats = _chunk_loss(model, mb, ppo, device, hooks, recurrence)
                         raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     with clock.phase("backward"):
                         accelerator.backward(loss)
@@ -380,8 +437,8 @@ def ppo_update(
                 if first_deviation is None:
                     first_deviation = stats["ratio_max_deviation"].item()
                 for key in ("policy", "value", "entropy", "approx_kl", "clip_fraction"):
-                    sums[f"losses/{key}"] += stats[key].item() * len(chunk)
-                count += len(chunk)
+                    sums[f"losses/{key}"] += stats[key].item() * len(mb)
+                count += len(mb)
                 epoch_kl.append(stats["approx_kl"].item())
         epochs_run += 1
         if ppo.target_kl is not None:
@@ -409,10 +466,14 @@ def _chunk_loss(
     ppo: PPOConfig,
     device: torch.device,
     hooks: Sequence[TrainerHook] = (),
+    recurrence: int = 1,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Forward a micro-batch and return its loss (PPO's plus the hooks' terms) and PPO's stats
-    (a NaN loss if the policy's outputs are not finite: the caller stops every process on it)."""
-    output = model(**mb.observations.inputs())
+    (a NaN loss if the policy's outputs are not finite: the caller stops every process on it).
+
+    With memory, `mb` holds sequences of `recurrence` steps, step by step (`policy_output`);
+    the loss is the mean over all their steps."""
+    output = policy_output(model, mb, recurrence)
     if not _finite(output):
         return torch.tensor(float("nan")), {}
     actions = mb.actions.to(device)
@@ -443,11 +504,39 @@ def _finite(output: PolicyOutput) -> bool:
     )
 
 
+def policy_output(model: torch.nn.Module, mb: Transitions, recurrence: int = 1) -> PolicyOutput:
+    """The policy's output on the micro-batch `mb`, row for row.
+
+    A policy with memory reads `mb` as sequences of `recurrence` steps laid out step by step
+    (`glam.ppo.buffer.sequence_positions`: the sequences' first steps, then their second...):
+    one forward per step, the first from the memories the rollout stored, each next from the
+    memories the previous one returned, zeroed where the previous step ended an episode.
+    """
+    if mb.memories is None:
+        return model(**mb.observations.inputs())
+    count = len(mb) // recurrence
+    memory = mb.memories[:count]
+    outputs = []
+    for step in range(recurrence):
+        rows = range(step * count, (step + 1) * count)
+        output = model(**policy_inputs(mb.observations.select(rows), memory))
+        outputs.append(output)
+        ended = mb.dones[step * count : (step + 1) * count].to(output.memory.device)
+        memory = output.memory * ~ended[:, None]
+    return PolicyOutput.cat(outputs)
+
+
 @torch.no_grad()
 def _recompute_old_logprobs(
-    model: torch.nn.Module, batch: Transitions, order: torch.Tensor, minibatch: int, micro: int
+    model: torch.nn.Module,
+    batch: Transitions,
+    order: torch.Tensor,
+    minibatch: int,
+    micro: int,
+    recurrence: int = 1,
 ) -> None:
-    """Replace the rollout's log-probs and values by those of the update's forward pass.
+    """Replace the rollout's log-probs and values by those of the update's forward pass
+    (`order` of sequences of `recurrence` steps, `minibatch` and `micro` counted in sequences).
 
     Chunks follow the first epoch's, so each first-epoch forward sees exactly the inputs (same
     batch composition and padding) it is compared with: in bf16 the ratio is then exactly 1
@@ -455,11 +544,12 @@ def _recompute_old_logprobs(
     """
     for mb_index in order.split(minibatch):
         for chunk in mb_index.split(micro):
-            mb = batch.select(chunk)
-            output = model(**mb.observations.inputs())
+            positions = sequence_positions(chunk, recurrence)
+            mb = batch.select(positions)
+            output = policy_output(model, mb, recurrence)
             actions = mb.actions.to(output.values.device)
-            batch.logprobs[chunk] = output.dist.log_prob(actions).float().cpu()
-            batch.values[chunk] = output.values.float().cpu()
+            batch.logprobs[positions] = output.dist.log_prob(actions).float().cpu()
+            batch.values[positions] = output.values.float().cpu()
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,6 +582,10 @@ class Training:
     """The update and folder of the newest checkpoint this session wrote or resumed."""
     clock: PhaseClock = field(default_factory=PhaseClock)
     """Seconds per phase of the current update (`time/*` metrics)."""
+    memory: torch.Tensor | None = None
+    """`(local envs, memory_size)` a policy with memory's memory for each env's next step,
+    carried from one rollout to the next; None: zero. Not saved in checkpoints: a session
+    (fresh or resumed) starts every env on a new episode, from a zero memory."""
 
     def save(self) -> Path:
         """Write a checkpoint of the current update unless this session already has (every
@@ -596,6 +690,11 @@ def build_training(
     runner.recording = cfg.train.save_rollouts
     if list(runner.action_words) != list(policy.action_words):
         raise SetupError(f"policy actions {policy.action_words} != env's {runner.action_words}")
+    if getattr(policy, "memory_size", 0):
+        try:
+            check_recurrence(cfg.ppo, world)
+        except ValueError as error:
+            raise SetupError(str(error)) from None
 
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -683,7 +782,9 @@ PolicyFactory = Callable[[TrainingRunConfig, "Path | None"], torch.nn.Module]
 `checkpoint / "policy"` when resuming. The module maps a batch of observations
 (`observation_kind`: `text`, the default, or `grid`; passed as `model(**observations.inputs())`)
 to a `PolicyOutput` over its `action_words`, has `save_pretrained(folder)`, and raises
-`SetupError` or `CheckpointError` when it cannot be built."""
+`SetupError` or `CheckpointError` when it cannot be built. A module with a `memory_size` above 0
+has memory: it is also passed `memory=` `(batch, memory_size)` and returns the next in
+`PolicyOutput.memory` (the module docstring says how it is trained)."""
 
 
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
