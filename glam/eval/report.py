@@ -20,10 +20,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from glam.eval.episodes import TASK_FAMILIES, SuiteRun
 from glam.eval.stats import EpisodeResult, balrog_progress, summarize
+from glam.eval.suites import TASK_FAMILIES
+
+if TYPE_CHECKING:  # the episode loop imports every agent (torch, transformers): only its type here
+    from glam.eval.episodes import SuiteRun
 
 __all__ = [
     "AggregateRow",
