@@ -35,7 +35,7 @@ from glam.policy.files import (
     read_policy_config,
     save_policy_folder,
 )
-from glam.policy.llm_policy import PolicyOutput
+from glam.policy.output import PolicyOutput
 
 KIND = "drrn"
 NETWORK_FIELDS = ("embedding_dim", "hidden_dim", "vocabulary_buckets")

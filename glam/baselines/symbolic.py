@@ -62,9 +62,9 @@ from glam.policy.files import (
     save_policy_folder,
 )
 from glam.policy.heads import mlp
-from glam.policy.llm_policy import PolicyOutput
+from glam.policy.output import PolicyOutput
+from glam.ppo.errors import SetupError
 from glam.ppo.rollout import resolve_action_space
-from glam.ppo.trainer import SetupError
 
 __all__ = [
     "WEIGHTS_FILE",

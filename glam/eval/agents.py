@@ -11,18 +11,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from minigrid.utils.baby_ai_bot import BabyAIBot
-from transformers import PreTrainedTokenizerBase
 
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.eval.stats import EpisodeResult
 from glam.llm.chat import Message
 from glam.policy.observations import GridObservations
 from glam.policy.prompts import PromptHistory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "ActRequest",

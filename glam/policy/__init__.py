@@ -1,10 +1,32 @@
-"""The language-model policy: prompts, heads, adapters and the actor-critic around them."""
+"""The language-model policy: prompts, heads, adapters and the actor-critic around them.
+
+The names below load on first use (PEP 562): a module of this package (`glam.policy.files`,
+`glam.policy.prompts`) imports without peft and transformers, which take seconds to import.
+"""
 
 from __future__ import annotations
 
-from glam.policy.heads import ActionHeads, ValueHead
-from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
-from glam.policy.prompts import PromptHistory, build_prompt, chat_prompt, glam_prompt
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from glam.policy.heads import ActionHeads, ValueHead
+    from glam.policy.llm_policy import CheckpointError, LLMActorCritic
+    from glam.policy.output import PolicyOutput
+    from glam.policy.prompts import PromptHistory, build_prompt, chat_prompt, glam_prompt
+
+_LAZY_NAMES = {
+    "ActionHeads": "glam.policy.heads",
+    "ValueHead": "glam.policy.heads",
+    "CheckpointError": "glam.policy.llm_policy",
+    "LLMActorCritic": "glam.policy.llm_policy",
+    "PolicyOutput": "glam.policy.output",
+    "PromptHistory": "glam.policy.prompts",
+    "build_prompt": "glam.policy.prompts",
+    "chat_prompt": "glam.policy.prompts",
+    "glam_prompt": "glam.policy.prompts",
+}
+"""Name -> the module that defines it."""
 
 __all__ = [
     "ActionHeads",
@@ -17,3 +39,15 @@ __all__ = [
     "chat_prompt",
     "glam_prompt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from peft import PeftModel
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
-from torch.distributions import Categorical
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
@@ -48,6 +47,7 @@ from glam.policy.files import (
     read_policy_config,
 )
 from glam.policy.heads import ActionHeads, ValueHead
+from glam.policy.output import PolicyOutput
 from glam.scoring import prompt_hidden_states, score_candidates, unwrap_model
 
 HEADS_FILE = "heads.safetensors"
@@ -69,42 +69,6 @@ format, with the value a policy saved before the field existed was trained with.
 from a saved file takes this value, not today's dataclass default, which may differ
 (`temperature` is now 5, the default preset's): a folder loads as the policy that was saved.
 A new field of either dataclass gets its entry here."""
-
-
-@dataclass
-class PolicyOutput:
-    """What the policy says about a batch of prompts."""
-
-    logits: Tensor
-    """(B, C_max) unnormalised log-probabilities of the candidates; -inf where absent."""
-    values: Tensor
-    """(B,) state values."""
-    mask: Tensor
-    """(B, C_max) True where a candidate exists."""
-    memory: Tensor | None = None
-    """(B, memory_size) a policy with memory's memory after this step, to pass to its next
-    step (`glam.baselines.symbolic`); None for a policy without memory."""
-
-    @property
-    def dist(self) -> Categorical:
-        """The action distribution over each prompt's candidates."""
-        return Categorical(logits=self.logits)
-
-    def rows(self, n: int) -> PolicyOutput:
-        """The output of the first `n` prompts of the batch."""
-        memory = None if self.memory is None else self.memory[:n]
-        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n], memory)
-
-    @classmethod
-    def cat(cls, parts: Sequence[PolicyOutput]) -> PolicyOutput:
-        """The outputs one after the other (the same number of candidates in each)."""
-        memories = [part.memory for part in parts]
-        return cls(
-            torch.cat([part.logits for part in parts]),
-            torch.cat([part.values for part in parts]),
-            torch.cat([part.mask for part in parts]),
-            None if any(m is None for m in memories) else torch.cat(memories),
-        )
 
 
 class LLMActorCritic(nn.Module):

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from glam.policy.llm_policy import PolicyOutput
     from glam.policy.observations import Observations
+    from glam.policy.output import PolicyOutput
     from glam.ppo.buffer import Transitions
     from glam.ppo.trainer import Training
 

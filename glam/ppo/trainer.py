@@ -43,8 +43,9 @@ from glam.config import PPOConfig, TrainingRunConfig, check_recurrence
 from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
 from glam.models.precision import resolve_autocast_bf16
-from glam.policy.llm_policy import CheckpointError, LLMActorCritic, PolicyOutput
+from glam.policy.llm_policy import CheckpointError, LLMActorCritic
 from glam.policy.observations import Observations
+from glam.policy.output import PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
 from glam.ppo.checkpoint import (
     TrainerState,
@@ -58,6 +59,7 @@ from glam.ppo.checkpoint import (
     save_checkpoint,
     set_aside_after,
 )
+from glam.ppo.errors import SetupError, TrainingDiverged
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.logger import MetricsLogger, ProgressBar
@@ -70,14 +72,6 @@ from glam.ppo.rollout import (
     resolve_action_space,
 )
 from glam.ppo.timing import PhaseClock, peak_rss_mib
-
-
-class SetupError(RuntimeError):
-    """The run cannot start as configured (bad env, model, layout or output folder)."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The PPO loss or gradient became NaN or infinite; nothing of that update was saved."""
 
 
 @dataclass

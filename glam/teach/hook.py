@@ -22,8 +22,8 @@ from glam.teach.scorers import SubgoalScorer, build_scorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher, Teacher
 
 if TYPE_CHECKING:
-    from glam.policy.llm_policy import PolicyOutput
     from glam.policy.observations import Observations
+    from glam.policy.output import PolicyOutput
     from glam.ppo.buffer import Transitions
     from glam.ppo.trainer import Training
 

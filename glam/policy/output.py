@@ -1,0 +1,50 @@
+"""What any policy of the trainer says about a batch of observations: `PolicyOutput`.
+
+Its own module (torch only) so that the small policies (`glam.baselines`) and the evaluation
+harness import it without the language-model stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.distributions import Categorical
+
+
+@dataclass
+class PolicyOutput:
+    """What the policy says about a batch of prompts."""
+
+    logits: Tensor
+    """(B, C_max) unnormalised log-probabilities of the candidates; -inf where absent."""
+    values: Tensor
+    """(B,) state values."""
+    mask: Tensor
+    """(B, C_max) True where a candidate exists."""
+    memory: Tensor | None = None
+    """(B, memory_size) a policy with memory's memory after this step, to pass to its next
+    step (`glam.baselines.symbolic`); None for a policy without memory."""
+
+    @property
+    def dist(self) -> Categorical:
+        """The action distribution over each prompt's candidates."""
+        return Categorical(logits=self.logits)
+
+    def rows(self, n: int) -> PolicyOutput:
+        """The output of the first `n` prompts of the batch."""
+        memory = None if self.memory is None else self.memory[:n]
+        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n], memory)
+
+    @classmethod
+    def cat(cls, parts: Sequence[PolicyOutput]) -> PolicyOutput:
+        """The outputs one after the other (the same number of candidates in each)."""
+        memories = [part.memory for part in parts]
+        return cls(
+            torch.cat([part.logits for part in parts]),
+            torch.cat([part.values for part in parts]),
+            torch.cat([part.mask for part in parts]),
+            None if any(m is None for m in memories) else torch.cat(memories),
+        )
