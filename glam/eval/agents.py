@@ -20,7 +20,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.eval.stats import EpisodeResult
 from glam.llm.chat import Message
-from glam.policy.observations import GridObservations
+from glam.policy.observations import GridObservations, policy_inputs
 from glam.policy.prompts import PromptHistory
 
 if TYPE_CHECKING:
@@ -318,10 +318,8 @@ class SymbolicAgent(Agent):
         outputs = []
         for start in range(0, n, size):
             rows = range(start, min(start + size, n))
-            inputs = observations.select(rows).inputs()
-            if memory is not None:
-                inputs["memory"] = memory[start : rows.stop]
-            outputs.append(self.policy(**inputs))
+            part = None if memory is None else memory[start : rows.stop]
+            outputs.append(self.policy(**policy_inputs(observations.select(rows), part)))
         if memory is not None:
             after = torch.cat([output.memory for output in outputs])
             self.memories.update(zip(request.slots, after, strict=True))

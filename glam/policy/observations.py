@@ -93,3 +93,12 @@ class GridObservations:
 
 Observations = TextObservations | GridObservations
 """What the trainer stores and replays, whatever the policy."""
+
+
+def policy_inputs(observations: Observations, memory: torch.Tensor | None = None) -> dict[str, Any]:
+    """The policy's keyword arguments: the observations', and `memory` if the policy has one
+    (`PolicyOutput.memory` of its previous step)."""
+    inputs = observations.inputs()
+    if memory is not None:
+        inputs["memory"] = memory
+    return inputs

@@ -17,7 +17,12 @@ import torch
 
 from babyai_text import ActionSpace, TextVectorEnv
 from glam.config import EnvConfig, PolicyConfig
-from glam.policy.observations import GridObservations, Observations, TextObservations
+from glam.policy.observations import (
+    GridObservations,
+    Observations,
+    TextObservations,
+    policy_inputs,
+)
 from glam.policy.prompts import PromptHistory
 
 SEEDS_PER_RANK = 1_000_000
@@ -268,8 +273,7 @@ def play_episodes(
     size = getattr(policy, "memory_size", 0)
     memory = torch.zeros(runner.num_envs, size) if size else None
     while any(result is None for result in results):
-        inputs = runner.observations().inputs()
-        output = policy(**inputs) if memory is None else policy(**inputs, memory=memory)
+        output = policy(**policy_inputs(runner.observations(), memory))
         actions = output.logits.argmax(-1) if greedy else output.dist.sample()
         _, dones, episodes = runner.step(actions.tolist())
         if memory is not None:

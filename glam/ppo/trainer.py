@@ -44,7 +44,7 @@ from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
 from glam.models.precision import resolve_autocast_bf16
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic
-from glam.policy.observations import Observations
+from glam.policy.observations import policy_inputs
 from glam.policy.output import PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
 from glam.ppo.checkpoint import (
@@ -345,14 +345,6 @@ def collect_rollout(
 def memory_size(model: torch.nn.Module, accelerator: Accelerator) -> int:
     """How many numbers of memory the policy carries per env (its `memory_size`; 0: none)."""
     return int(getattr(accelerator.unwrap_model(model), "memory_size", 0))
-
-
-def policy_inputs(observations: Observations, memory: torch.Tensor | None) -> dict[str, Any]:
-    """The policy's keyword arguments: the observations', and `memory` if the policy has one."""
-    inputs = observations.inputs()
-    if memory is not None:
-        inputs["memory"] = memory
-    return inputs
 
 
 def ppo_update(
