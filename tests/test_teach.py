@@ -4,6 +4,8 @@ and a student that comes to agree with its teacher."""
 from __future__ import annotations
 
 import csv
+import importlib.util
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,9 +25,12 @@ from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import EnvRunner
 from glam.ppo.trainer import _chunk_loss, train
 from glam.skills import candidate_subgoals
+from glam.teach.agreement import student_agreement
 from glam.teach.hook import TeachHook, distillation_loss
 from glam.teach.scorers import SubgoalScorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- The schedule ------------------------------------------------------------------------------
 
@@ -75,7 +80,6 @@ def test_distillation_loss_by_hand() -> None:
 def _minibatch(seed: int = 0):
     """A symbolic policy and a minibatch of 8 grid transitions with a teacher's tensors."""
     from glam.ppo.buffer import Transitions
-    from glam.ppo.rollout import EnvRunner
 
     cfg = compose_config("symbolic_ppo", SMALL_SYMBOLIC)
     torch.manual_seed(seed)
@@ -236,26 +240,9 @@ def test_the_bot_teacher_replans_after_the_agent_s_own_action() -> None:
 # --- Learning from a teacher -------------------------------------------------------------------
 
 
-def _held_out_agreement(policy: torch.nn.Module, cfg, steps: int = 48) -> float:
-    """How often the student's greedy action is the bot's, on its own held-out episodes."""
-    runner = EnvRunner(cfg.env, cfg.policy, num_envs=8, seed=10**6, observation_kind="grid")
-    runner.reset()
-    teacher = BotTeacher(runner.envs.envs[0].action_space_def.minigrid_actions)
-    new_episode, agree, advised = [True] * 8, 0, 0
-    with torch.no_grad():
-        for _ in range(steps):
-            probs, valid = teacher.distributions(runner.envs.envs, range(8), new_episode)
-            actions = policy(**runner.observations().inputs()).logits.argmax(-1)
-            agree += int(((actions == probs.argmax(-1)) & valid).sum())
-            advised += int(valid.sum())
-            teacher.record_actions(range(8), actions.tolist())
-            _, dones, _ = runner.step(actions.tolist())
-            new_episode = dones.tolist()
-    runner.close()
-    return agree / advised
-
-
-def test_a_bot_teacher_makes_the_student_agree_with_the_bot(tmp_path: Path) -> None:
+def test_a_bot_teacher_makes_the_student_agree_with_the_bot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     overrides = [
         "env.name=BabyAI-GoToRedBallNoDists-v0",
         "env.num_envs=8",
@@ -275,10 +262,31 @@ def test_a_bot_teacher_makes_the_student_agree_with_the_bot(tmp_path: Path) -> N
 
         hooks = (TeachHook(teach),) if teach else ()
         train(cfg, Accelerator(cpu=True), tmp_path / name, make_policy=make_policy, hooks=hooks)
-        agreement[name] = _held_out_agreement(policies[name].eval(), cfg)
+        held_out = student_agreement(
+            policies[name].eval(), cfg.env, cfg.policy, seed=10**6, greedy=True
+        )
+        agreement[name] = held_out.rate
     rows = _metrics(tmp_path / "taught")
     assert float(rows[0]["teach/coef"]) == 10.0 and float(rows[-1]["teach/states"]) == 256
     # Measured (seed 1): after the same 4096 frames plain PPO's greedy student agrees with the
     # bot on 0.01 of the held-out states, the taught one on 0.91.
     assert agreement["taught"] > 0.85
     assert agreement["taught"] > agreement["plain"] + 0.15
+
+    # The script reads the run folder (its config and newest checkpoint) and measures the same.
+    script = importlib.util.spec_from_file_location(
+        "bot_agreement", ROOT / "scripts" / "bot_agreement.py"
+    )
+    module = importlib.util.module_from_spec(script)
+    script.loader.exec_module(module)
+    out = tmp_path / "agreement"
+    args = ["--envs", "8", "--steps", "48", "--greedy", "--out", str(out)]
+    assert module.main([str(tmp_path / "taught"), str(tmp_path / "plain"), *args]) == 0
+    rows = json.loads((out / "agreement.json").read_text())
+    assert [row["level"] for row in rows] == ["BabyAI-GoToRedBallNoDists-v0"] * 2
+    assert rows[0]["advised"] <= rows[0]["states"] == 8 * 48
+    assert rows[0]["agreement"] > rows[1]["agreement"] + 0.15
+    assert "| agreement with the bot (95% Wilson) |" in (out / "agreement.md").read_text()
+    assert module.main([str(tmp_path), *args]) == 2  # a folder without a run's config
+    assert module.main([str(tmp_path / "taught"), "--level", "BabyAI-Nope-v0"]) == 2
+    assert "unknown level 'BabyAI-Nope-v0'" in capsys.readouterr().err
