@@ -6,7 +6,7 @@
     python scripts/bot_agreement.py runs/a runs/b --level BabyAI-GoToLocal-v0 --greedy --out runs/agree
 
 The trainer's `teach/agreement` is in-sample (the update's own minibatches); this is the figure on
-fresh episodes (glam/teach/agreement.py): each run's policy plays envs seeded from 10**12 (the
+fresh episodes (glam/eval/student_agreement.py): each run's policy plays envs seeded from 10**12 (the
 evaluation's seeds) with its run's env settings, BabyAI's bot advising on every state as it does
 as a teacher, and a state counts when the student's most probable action is the bot's. Prints a
 table; with `--out`, writes agreement.json and agreement.md there. Exit status: 0 done; 2 bad
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     from glam.baselines.loading import load_policy
     from glam.config import ConfigError, TrainingRunConfig, validate_config
     from glam.eval.config import SEED_BASE
+    from glam.eval.student_agreement import student_agreement
     from glam.policy.files import CheckpointError
     from glam.ppo.checkpoint import policy_dir
-    from glam.teach.agreement import student_agreement
 
     rows = []
     for run in args.runs:

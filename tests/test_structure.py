@@ -145,19 +145,33 @@ def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
 
 
-@pytest.mark.parametrize("module", ["glam", "glam.config", "glam.campaign", "glam.llm.config"])
-def test_light_modules_do_not_import_torch(module: str) -> None:
-    """Configs and campaigns are checked in a fraction of a second, without torch or
-    transformers: `glam`'s own names (`glam.load_model`, ...) load when first used."""
+def _imports_none_of(module: str, heavy: set[str]) -> subprocess.CompletedProcess[str]:
     code = (
         f"import sys, {module}\n"
-        "heavy = sorted({'torch', 'transformers'} & set(sys.modules))\n"
+        f"heavy = sorted(set({sorted(heavy)!r}) & set(sys.modules))\n"
         "assert not heavy, heavy"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
+
+
+@pytest.mark.parametrize(
+    "module", ["glam", "glam.config", "glam.campaign", "glam.llm.config", "glam.compare"]
+)
+def test_light_modules_do_not_import_torch(module: str) -> None:
+    """Configs, campaigns and run comparisons are read in a fraction of a second, without torch
+    or transformers: `glam`'s own names (`glam.load_model`, ...) load when first used."""
+    result = _imports_none_of(module, {"torch", "transformers"})
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("module", ["glam.baselines.symbolic", "glam.eval.agents", "glam.policy"])
+def test_small_policies_do_not_import_the_language_model_stack(module: str) -> None:
+    """The symbolic policy and the evaluation's agents need torch, not transformers or peft
+    (seconds of import in every evaluation of a small policy)."""
+    result = _imports_none_of(module, {"transformers", "peft"})
     assert result.returncode == 0, result.stderr
 
 
