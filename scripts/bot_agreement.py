@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 def _table(rows: list[dict]) -> str:
     lines = [
         "| run | level | states advised | agreement with the bot (95% Wilson) | "
-        "episodes ended | success |",
+        "episodes ended | their success (short ones end first) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
