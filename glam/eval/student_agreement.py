@@ -18,7 +18,7 @@ import torch
 from glam.config import EnvConfig, PolicyConfig
 from glam.eval.config import SEED_BASE
 from glam.eval.stats import wilson_interval
-from glam.policy.observations import policy_inputs
+from glam.policy.observations import new_episodes_forget, policy_inputs
 from glam.ppo.rollout import EnvRunner
 from glam.teach.teacher import BotTeacher
 
@@ -103,7 +103,7 @@ def student_agreement(
             _, dones, ended = runner.step(actions.tolist())
             new_episode = [bool(done) for done in dones]
             if memory is not None:
-                memory = output.memory.cpu() * ~torch.as_tensor(dones)[:, None]
+                memory = new_episodes_forget(output.memory.cpu(), dones)
             for episode in ended:
                 if episode is not None:
                     episodes += 1

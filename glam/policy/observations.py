@@ -102,3 +102,10 @@ def policy_inputs(observations: Observations, memory: torch.Tensor | None = None
     if memory is not None:
         inputs["memory"] = memory
     return inputs
+
+
+def new_episodes_forget(memory: torch.Tensor, dones: Sequence[bool] | np.ndarray) -> torch.Tensor:
+    """`memory` `(envs, memory_size)` for each env's next step: zero where its episode just
+    ended (the env's next step starts a new one)."""
+    ended = torch.as_tensor(np.asarray(dones, dtype=bool), device=memory.device)
+    return memory * ~ended[:, None]

@@ -21,6 +21,7 @@ from glam.policy.observations import (
     GridObservations,
     Observations,
     TextObservations,
+    new_episodes_forget,
     policy_inputs,
 )
 from glam.policy.prompts import PromptHistory
@@ -277,7 +278,7 @@ def play_episodes(
         actions = output.logits.argmax(-1) if greedy else output.dist.sample()
         _, dones, episodes = runner.step(actions.tolist())
         if memory is not None:
-            memory = output.memory * ~torch.as_tensor(dones, device=output.memory.device)[:, None]
+            memory = new_episodes_forget(output.memory, dones)
         for i, episode in enumerate(episodes):
             if episode is not None and results[i] is None:
                 results[i] = episode

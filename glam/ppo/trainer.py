@@ -44,7 +44,7 @@ from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
 from glam.models.precision import resolve_autocast_bf16
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic
-from glam.policy.observations import policy_inputs
+from glam.policy.observations import new_episodes_forget, policy_inputs
 from glam.policy.output import PolicyOutput
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
 from glam.ppo.checkpoint import (
@@ -332,7 +332,7 @@ def collect_rollout(
             # next step starts a new episode, from a zero memory.
             next_memory = output.memory.float().cpu()
             final_memory = next_memory[final_envs]
-            memory = next_memory * ~torch.as_tensor(dones)[:, None]
+            memory = new_episodes_forget(next_memory, dones)
         for episode in ended:
             if episode is not None:
                 episodes.add(episode)
