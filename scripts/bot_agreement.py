@@ -8,8 +8,8 @@
 The trainer's `teach/agreement` is in-sample (the update's own minibatches); this is the figure on
 fresh episodes (glam/eval/student_agreement.py): each run's policy plays envs seeded from 10**12 (the
 evaluation's seeds) with its run's env settings, BabyAI's bot advising on every state as it does
-as a teacher, and a state counts when the student's most probable action is the bot's. Prints a
-table; with `--out`, writes agreement.json and agreement.md there. Exit status: 0 done; 2 bad
+as a teacher, and a state counts when the student's most probable action is the bot's (also
+split by whether the mission's object is in the agent's view). Prints a table; with `--out`, writes agreement.json and agreement.md there. Exit status: 0 done; 2 bad
 input (a folder that is not a run with a checkpoint, an unknown level, a bad count).
 """
 
@@ -28,14 +28,18 @@ from omegaconf import OmegaConf
 def _table(rows: list[dict]) -> str:
     lines = [
         "| run | level | states advised | agreement with the bot (95% Wilson) | "
+        "object in view: states, agreement | out of view: states, agreement | "
         "episodes ended | their success (short ones end first) |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         low, high = r["interval"]
+        out_of_view = r["advised"] - r["advised_in_view"]
         lines.append(
             f"| {r['run']} | {r['level']} | {r['advised']} of {r['states']} | "
-            f"{r['agreement']:.3f} [{low:.3f}, {high:.3f}] | {r['episodes']} | "
+            f"{r['agreement']:.3f} [{low:.3f}, {high:.3f}] | "
+            f"{r['advised_in_view']}, {r['agreement_in_view']:.3f} | "
+            f"{out_of_view}, {r['agreement_out_of_view']:.3f} | {r['episodes']} | "
             f"{r['success_rate']:.3f} |"
         )
     return "\n".join(lines)
@@ -104,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                 "interval": list(result.interval),
                 "agree": result.agree,
                 "advised": result.advised,
+                "agreement_in_view": result.rate_in_view,
+                "agree_in_view": result.agree_in_view,
+                "advised_in_view": result.advised_in_view,
+                "agreement_out_of_view": result.rate_out_of_view,
                 "states": result.states,
                 "episodes": result.episodes,
                 "success_rate": result.success_rate,

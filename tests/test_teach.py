@@ -20,7 +20,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import PPOConfig, TeachConfig, compose_config
-from glam.eval.student_agreement import student_agreement
+from glam.eval.student_agreement import mission_in_view, student_agreement
 from glam.ppo.checkpoint import TrainerState
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import EnvRunner
@@ -237,6 +237,22 @@ def test_the_bot_teacher_replans_after_the_agent_s_own_action() -> None:
         teacher.record_actions([0], [other])
 
 
+def test_mission_in_view_is_whether_the_agent_sees_the_named_object() -> None:
+    env = babyai_text.make("BabyAI-GoToRedBallNoDists-v0")
+    env.reset(seed=0)
+    base = env.unwrapped
+    ((x, y),) = base.instrs.desc.obj_poss  # the red ball, alone in the room
+    # One cell beside the ball, facing it (east: dir 0, west: dir 2), then facing away.
+    base.agent_pos, toward = ((x - 1, y), 0) if x > 1 else ((x + 1, y), 2)
+    base.agent_dir = toward
+    assert mission_in_view(env) is True
+    base.agent_dir = (toward + 2) % 4
+    assert mission_in_view(env) is False
+    put_next = babyai_text.make("BabyAI-PutNextLocal-v0")
+    put_next.reset(seed=0)
+    assert mission_in_view(put_next) is None  # two objects named: no single one
+
+
 # --- Learning from a teacher -------------------------------------------------------------------
 
 
@@ -286,7 +302,39 @@ def test_a_bot_teacher_makes_the_student_agree_with_the_bot(
     assert [row["level"] for row in rows] == ["BabyAI-GoToRedBallNoDists-v0"] * 2
     assert rows[0]["advised"] <= rows[0]["states"] == 8 * 48
     assert rows[0]["agreement"] > rows[1]["agreement"] + 0.15
+    for row in rows:  # the split by the ball in view adds up to the whole
+        assert 0 < row["advised_in_view"] < row["advised"]
+        in_view, rest = row["advised_in_view"], row["advised"] - row["advised_in_view"]
+        total = row["agreement_in_view"] * in_view + row["agreement_out_of_view"] * rest
+        assert total == pytest.approx(row["agree"])
     assert "| agreement with the bot (95% Wilson) |" in (out / "agreement.md").read_text()
     assert module.main([str(tmp_path), *args]) == 2  # a folder without a run's config
     assert module.main([str(tmp_path / "taught"), "--level", "BabyAI-Nope-v0"]) == 2
     assert "unknown level 'BabyAI-Nope-v0'" in capsys.readouterr().err
+
+
+def test_the_student_network_learns_the_bot_s_advice_by_supervised_learning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = importlib.util.spec_from_file_location(
+        "imitate_bot", ROOT / "scripts" / "imitate_bot.py"
+    )
+    module = importlib.util.module_from_spec(script)
+    script.loader.exec_module(module)
+    out = tmp_path / "imitation"
+    args = ["--level", "BabyAI-GoToRedBallNoDists-v0", "--states", "2000", "--test-states", "300"]
+    assert module.main([*args, "--epochs", "10", "--image-dim", "16", "--out", str(out)]) == 0
+    summary = json.loads((out / "imitation.json").read_text())
+    rows = list(csv.DictReader((out / "imitation.csv").read_text().splitlines()))
+    assert [int(row["epoch"]) for row in rows] == list(range(1, 11))
+    # With the ball in view, a bot that knows only the current view advises as the teaching bot.
+    assert summary["view_determined_in_view"] > 0.95
+    # Measured (seed 0): always "go forward", the commonest advice, agrees on 0.54 of the held-out
+    # states; the fitted network on 0.82 (0.91 with the ball in view).
+    majority = max(summary["label_shares"])
+    assert summary["final"]["agreement"] > max(0.7, majority + 0.15)
+    assert summary["final"]["agreement_in_view"] > 0.8
+    assert "| a view-only bot agrees (in view / out) |" in (out / "imitation.md").read_text()
+    assert module.main([*args, "--follow", "1.5"]) == 2
+    assert module.main(["--level", "BabyAI-Nope-v0"]) == 2
+    assert "unknown BabyAI level id 'BabyAI-Nope-v0'" in capsys.readouterr().err

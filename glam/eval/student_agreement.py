@@ -6,12 +6,18 @@ from `glam.eval.config.SEED_BASE`, the evaluation harness's, never a training ru
 acting on its own (actions sampled from its policy, or greedy), and the bot advising on every
 state as it does while teaching (`BotTeacher`: it replans after the student's actual action).
 
+The counts are also split by whether the agent sees an object its mission names (`mission_in_view`):
+with the object in view the bot's next step follows from the view alone; without it the bot
+explores from the map it has kept of the cells seen so far, which a student without memory cannot
+know.
+
     python scripts/bot_agreement.py runs/teach_run --level BabyAI-GoToLocal-v0 --envs 20 --steps 100
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -22,7 +28,24 @@ from glam.policy.observations import new_episodes_forget, policy_inputs
 from glam.ppo.rollout import EnvRunner
 from glam.teach.teacher import BotTeacher
 
-__all__ = ["StudentAgreement", "student_agreement"]
+__all__ = ["StudentAgreement", "mission_in_view", "student_agreement"]
+
+
+def mission_in_view(env: Any) -> bool | None:
+    """Whether the agent sees (in its view, not hidden behind a wall) an object its mission names;
+    None for a mission that names no single object description (`PutNext`, `And`, `Before`, ...).
+
+    `env`: a minigrid BabyAI env (or a wrapper of one) after `reset`."""
+    base = env.unwrapped
+    description = getattr(base.instrs, "desc", None)
+    if description is None:
+        return None
+    _, visible = base.gen_obs_grid()
+    for x, y in description.obj_poss:
+        coordinates = base.relative_coords(x, y)
+        if coordinates is not None and visible[coordinates]:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,11 @@ class StudentAgreement:
     """Episodes that ended during the play."""
     successes: int
     """Of which succeeded."""
+    agree_in_view: int = 0
+    """`agree`, on the states where the agent sees an object its mission names."""
+    advised_in_view: int = 0
+    """`advised`, on those states (`mission_in_view`); the rest are the states without it (or
+    with a mission naming no single object)."""
 
     @property
     def rate(self) -> float:
@@ -50,6 +78,17 @@ class StudentAgreement:
         """95% Wilson interval of `rate` (states are not independent within an episode: a
         guide, narrower than the truth)."""
         return wilson_interval(self.agree, self.advised)
+
+    @property
+    def rate_in_view(self) -> float:
+        """`rate` on the states where the mission's object is in view."""
+        return self.agree_in_view / self.advised_in_view if self.advised_in_view else float("nan")
+
+    @property
+    def rate_out_of_view(self) -> float:
+        """`rate` on the other states."""
+        advised = self.advised - self.advised_in_view
+        return (self.agree - self.agree_in_view) / advised if advised else float("nan")
 
     @property
     def success_rate(self) -> float:
@@ -88,7 +127,7 @@ def student_agreement(
         size = getattr(policy, "memory_size", 0)
         memory = torch.zeros(num_envs, size) if size else None
         new_episode = [True] * num_envs
-        agree = advised = episodes = successes = 0
+        agree = advised = episodes = successes = agree_in_view = advised_in_view = 0
         for _ in range(steps):
             probs, valid = teacher.distributions(runner.envs.envs, range(num_envs), new_episode)
             output = policy(**policy_inputs(runner.observations(), memory))
@@ -97,8 +136,12 @@ def student_agreement(
                 actions = best
             else:
                 actions = torch.multinomial(output.dist.probs.cpu(), 1, generator=generator)[:, 0]
-            agree += int(((best == probs.argmax(-1)) & valid).sum())
+            agreed = (best == probs.argmax(-1)) & valid
+            in_view = torch.tensor([bool(mission_in_view(env)) for env in runner.envs.envs])
+            agree += int(agreed.sum())
             advised += int(valid.sum())
+            agree_in_view += int((agreed & in_view).sum())
+            advised_in_view += int((valid & in_view).sum())
             teacher.record_actions(range(num_envs), actions.tolist())
             _, dones, ended = runner.step(actions.tolist())
             new_episode = [bool(done) for done in dones]
@@ -110,4 +153,12 @@ def student_agreement(
                     successes += int(bool(episode["success"]))
     finally:
         runner.close()
-    return StudentAgreement(agree, advised, num_envs * steps, episodes, successes)
+    return StudentAgreement(
+        agree,
+        advised,
+        num_envs * steps,
+        episodes,
+        successes,
+        agree_in_view,
+        advised_in_view,
+    )
