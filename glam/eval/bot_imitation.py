@@ -24,7 +24,7 @@ here: its labels would have to be fitted along whole episodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,7 @@ class AdviceStates:
 
 
 def advice_states(
-    env_factory: Any,
+    env_factory: Callable[[], Any],
     count: int,
     *,
     seed: int,
