@@ -36,12 +36,8 @@ from tqdm import tqdm
 import babyai_text
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.config import SymbolicConfig
-from glam.eval.bot_imitation import advice_states, imitate
+from glam.eval.bot_imitation import advice_states, imitate, share
 from glam.eval.config import SEED_BASE
-
-
-def _rate(flags: torch.Tensor) -> float:
-    return flags.float().mean().item() if len(flags) else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         "test_episodes": test.episodes,
         "follow": args.follow,
         "symbolic": asdict(cfg),
-        "test_in_view": _rate(test.in_view),
-        "view_determined_in_view": _rate(test.view_determined[test.in_view]),
-        "view_determined_out_of_view": _rate(test.view_determined[~test.in_view]),
+        "test_in_view": share(test.in_view),
+        "view_determined_in_view": share(test.view_determined[test.in_view]),
+        "view_determined_out_of_view": share(test.view_determined[~test.in_view]),
         "label_shares": (torch.bincount(train.labels, minlength=len(words)) / len(train)).tolist(),
         "final": history[-1],
         "best": best,

@@ -35,7 +35,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 from glam.eval.student_agreement import mission_in_view
 from glam.teach.teacher import BotTeacher
 
-__all__ = ["AdviceStates", "ImitationEpoch", "advice_states", "agreement", "imitate"]
+__all__ = ["AdviceStates", "ImitationEpoch", "advice_states", "agreement", "imitate", "share"]
 
 
 @dataclass(frozen=True)
@@ -201,10 +201,11 @@ def imitate(
             float(np.mean(losses)),
             agreement(policy, train_sample).float().mean().item(),
             held_out.float().mean().item(),
-            _mean(held_out[test.in_view]),
-            _mean(held_out[~test.in_view]),
+            share(held_out[test.in_view]),
+            share(held_out[~test.in_view]),
         )
 
 
-def _mean(flags: torch.Tensor) -> float:
+def share(flags: torch.Tensor) -> float:
+    """The share of True in a bool tensor; NaN when it is empty."""
     return flags.float().mean().item() if len(flags) else float("nan")
