@@ -97,6 +97,29 @@ def test_the_bot_solves_the_renamed_actions_and_new_composition() -> None:
         )
 
 
+def test_the_bot_plays_on_without_the_actions_it_plans() -> None:
+    """In the navigation space the bot cannot pick up an object that blocks its path: it plays
+    on (replanning after the action actually played) and fails only those episodes."""
+
+    def runs(action_space):
+        return run_suite(
+            BotAgent(),
+            SUITES["no_change"],
+            level="BabyAI-GoToRedBall-v0",
+            episodes=8,
+            num_envs=4,
+            seed_base=10**12 + 29,  # seeds 29 and 36 of the held-out set: a blocked path
+            nbr_obs=3,
+            action_space=action_space,
+        ).episodes
+
+    full, nav = runs(None), runs("nav")
+    assert all(e.success for e in full)
+    failed = [e.seed - 10**12 for e in nav if not e.success]
+    assert failed == [29, 36]
+    assert all(e.length == 64 for e in nav if not e.success)  # played to the step limit
+
+
 def test_the_bot_plays_the_same_episodes_in_french() -> None:
     """The bot reads the grid: in French it meets the same rooms, so it plays the same moves."""
 

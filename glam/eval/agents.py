@@ -184,7 +184,9 @@ class BotAgent(Agent):
     """BabyAI's planning bot on the underlying minigrid env; it never reads the text.
 
     The bot returns minigrid actions; they are mapped back to the suite's action space (so it
-    plays the renamed-action and French suites too).
+    plays the renamed-action and French suites too). An action the space lacks (`done` once the
+    plan is empty; `pick up` and `drop` to move a blocking object, in the navigation space) is
+    played as the space's first action, and the bot replans after the action actually played.
     """
 
     name = "bot"
@@ -203,12 +205,10 @@ class BotAgent(Agent):
                 self._bots[slot] = BabyAIBot(env.unwrapped)
                 self._last_action[slot] = None
             minigrid_action = int(self._bots[slot].replan(self._last_action[slot]))
-            self._last_action[slot] = minigrid_action
             space = env.action_space_def.minigrid_actions
-            # `done` (the bot's answer once its plan is empty) is in no GLAM action space.
-            decisions.append(
-                Decision(space.index(minigrid_action) if minigrid_action in space else 0)
-            )
+            index = space.index(minigrid_action) if minigrid_action in space else 0
+            self._last_action[slot] = space[index]
+            decisions.append(Decision(index))
         return decisions
 
 
