@@ -120,6 +120,27 @@ def test_the_bot_plays_on_without_the_actions_it_plans() -> None:
     assert all(e.length == 64 for e in nav if not e.success)  # played to the step limit
 
 
+def test_the_bot_plays_on_after_giving_up(monkeypatch) -> None:
+    """A bot that gives up by raising (as minigrid's does on plans it cannot finish) leaves its
+    episode to the space's first action; the other envs keep their bots."""
+    import glam.teach.teacher as teacher
+
+    class GivesUpOnDoors(teacher.BabyAIBot):
+        def replan(self, action_taken=None):
+            if "door" in self.mission.mission:
+                raise AssertionError("cannot plan")
+            return super().replan(action_taken)
+
+    honest = _run(BotAgent(), episodes=16, num_envs=4, max_steps=12).episodes
+    monkeypatch.setattr(teacher, "BabyAIBot", GivesUpOnDoors)
+    run = _run(BotAgent(), episodes=16, num_envs=4, max_steps=12).episodes
+    doors = [e for e in run if "door" in e.mission]
+    assert 0 < len(doors) < len(run)
+    assert all(not e.success and e.length == 12 for e in doors)  # turned left to the limit
+    assert [e for e in run if e not in doors] == [e for e in honest if "door" not in e.mission]
+    assert any(e.success for e in run)
+
+
 def test_the_bot_plays_the_same_episodes_in_french() -> None:
     """The bot reads the grid: in French it meets the same rooms, so it plays the same moves."""
 

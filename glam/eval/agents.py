@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
-from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.eval.stats import EpisodeResult
 from glam.llm.chat import Message
 from glam.policy.observations import GridObservations, policy_inputs
 from glam.policy.prompts import PromptHistory
+from glam.teach.teacher import BotTeacher
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -183,33 +183,28 @@ class RandomAgent(Agent):
 class BotAgent(Agent):
     """BabyAI's planning bot on the underlying minigrid env; it never reads the text.
 
-    The bot returns minigrid actions; they are mapped back to the suite's action space (so it
-    plays the renamed-action and French suites too). An action the space lacks (`done` once the
-    plan is empty; `pick up` and `drop` to move a blocking object, in the navigation space) is
-    played as the space's first action, and the bot replans after the action actually played.
+    It is the oracle teacher (`glam.teach.BotTeacher`) played greedily: the bot's minigrid
+    action is mapped back to the suite's action space (so it plays the renamed-action and French
+    suites too), and the bot replans after the action actually played. Where the bot has no
+    advice (`done` once the plan is empty; `pick up` and `drop` to move a blocking object, in the
+    navigation space; an instruction it cannot plan, or a plan it gives up on by raising) the
+    space's first action is played.
     """
 
     name = "bot"
     prompt_format = "none"
 
     def __init__(self) -> None:
-        self._bots: dict[int, Any] = {}
-        self._last_action: dict[int, int | None] = {}
+        self._teacher: BotTeacher | None = None
 
     def act(self, request: ActRequest) -> list[Decision]:
-        decisions = []
-        for slot, env, new_episode in zip(
-            request.slots, request.envs, request.new_episode, strict=True
-        ):
-            if new_episode:
-                self._bots[slot] = BabyAIBot(env.unwrapped)
-                self._last_action[slot] = None
-            minigrid_action = int(self._bots[slot].replan(self._last_action[slot]))
-            space = env.action_space_def.minigrid_actions
-            index = space.index(minigrid_action) if minigrid_action in space else 0
-            self._last_action[slot] = space[index]
-            decisions.append(Decision(index))
-        return decisions
+        space = request.envs[0].action_space_def.minigrid_actions
+        if self._teacher is None or self._teacher.minigrid_actions != tuple(space):
+            self._teacher = BotTeacher(space)
+        probs, valid = self._teacher.distributions(request.envs, request.slots, request.new_episode)
+        actions = torch.where(valid, probs.argmax(-1), 0).tolist()
+        self._teacher.record_actions(request.slots, actions)
+        return [Decision(action) for action in actions]
 
 
 ScoreFn = Callable[[list[str], tuple[str, ...]], torch.Tensor]

@@ -25,14 +25,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from minigrid.core.actions import Actions
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from glam.skills import SkillMap, candidate_subgoals
-from glam.teach.scorers import SubgoalScorer
+
+if TYPE_CHECKING:
+    from glam.teach.scorers import SubgoalScorer
 
 __all__ = ["BotTeacher", "SubgoalTeacher", "Teacher", "TeacherCounts", "situation_prompt"]
 
