@@ -407,12 +407,18 @@ def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class Band:
-    """A group's curve on the grid: mean over seeds and its 95% t-interval."""
+    """A group's curve on the grid: mean over seeds and its 95% t-interval, with the seeds'
+    own curves."""
 
     mean: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    seeds: int
+    curves: np.ndarray
+    """(seeds, grid): each seed's curve (NaN where it has no value)."""
+
+    @property
+    def seeds(self) -> int:
+        return self.curves.shape[0]
 
 
 def band_over_seeds(curves: np.ndarray) -> Band:
@@ -429,7 +435,7 @@ def band_over_seeds(curves: np.ndarray) -> Band:
             half = t_quantile(0.975, seeds - 1) * covered.std(axis=0, ddof=1) / math.sqrt(seeds)
             low[everywhere] = mean[everywhere] - half
             high[everywhere] = mean[everywhere] + half
-    return Band(mean, low, high, seeds)
+    return Band(mean, low, high, curves)
 
 
 def group_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
@@ -916,8 +922,9 @@ def plot_comparison(
     baselines: Sequence[FinalRow],
     window: int,
 ) -> None:
-    """Success and return against frames: per group its mean and 95% band over seeds; each
-    baseline a horizontal line."""
+    """Success and return against frames: per group its mean and 95% band over seeds (with
+    few seeds the t-band is wide, so each seed's curve is drawn too, thin); each baseline a
+    horizontal line."""
     # Imported here: pyplot takes about a second to load and only the plot needs it.
     import matplotlib
 
@@ -933,19 +940,31 @@ def plot_comparison(
             if bounded:  # a success rate: draw the interval inside [0, 1]
                 low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
             axis.fill_between(grid, low, high, color=color, alpha=0.2, lw=0)
+            if band.seeds > 1:
+                for curve in band.curves:
+                    axis.plot(grid, curve, color=color, lw=0.7, alpha=0.6)
     for k, row in enumerate(baselines):
         style = {"color": f"0.{2 + 2 * (k % 4)}", "ls": (0, (4, 2 + k)), "lw": 1.2}
         name = f"{row.label} ({row.level.removeprefix('BabyAI-')})"
         axes[0].axhline(row.mean, **style, label=f"{name}: {row.mean:.2f}")
         axes[1].axhline(row.mean_return, **style, label=f"{name}: {row.mean_return:.2f}")
     axes[0].set_ylim(-0.02, 1.02)
+    # The return axis fits the curves, not the bands: with two seeds t(0.975, 1) = 12.7 and a
+    # band would squash every curve (it runs off the plot's edge instead).
+    shown = [band.curves[np.isfinite(band.curves)] for _, band in bands.values()]
+    shown += [np.array([row.mean_return for row in baselines])]
+    values = np.concatenate(shown)
+    if values.size:
+        low, high = float(values.min()), float(values.max())
+        margin = 0.05 * (high - low) or 0.05
+        axes[1].set_ylim(low - margin, high + margin)
     axes[0].set_title(f"success rate (last {window} updates' episodes)")
     axes[1].set_title("episode return (BabyAI reward)")
     for axis in axes:
         axis.set_xlabel("frames (environment steps, all processes)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize="small")
-    figure.suptitle("mean over seeds, 95% t-interval band")
+    figure.suptitle("mean over seeds (thick), each seed (thin), 95% t-interval band")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

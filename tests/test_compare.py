@@ -162,6 +162,9 @@ def test_band_over_seeds_by_hand() -> None:
     assert (band.low[0], band.high[0]) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-6)
     # Column 1: the third seed has no value there, so the group has none either.
     assert np.isnan([band.mean[1], band.low[1], band.high[1]]).all()
+    # The seeds' own curves are kept (the plot draws them beside the band).
+    assert band.seeds == 3
+    np.testing.assert_array_equal(band.curves[1], [0.4, 0.6])
     one = band_over_seeds([[0.3, 0.4]])
     np.testing.assert_allclose(one.mean, [0.3, 0.4])
     assert np.isnan(one.low).all() and np.isnan(one.high).all()
