@@ -951,7 +951,7 @@ def plot_comparison(
     axes[0].set_ylim(-0.02, 1.02)
     # The return axis fits the curves, not the bands: with two seeds t(0.975, 1) = 12.7 and a
     # band would squash every curve (it runs off the plot's edge instead).
-    shown = [band.curves[np.isfinite(band.curves)] for _, band in bands.values()]
+    shown = [returns.curves[np.isfinite(returns.curves)] for _, returns in bands.values()]
     shown += [np.array([row.mean_return for row in baselines])]
     values = np.concatenate(shown)
     if values.size:
