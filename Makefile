@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.glam-installed
 
-.PHONY: demo test test-fast install lint format clean
+.PHONY: demo test test-gpu test-fast test-servers install lint format clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,21 @@ demo: install
 test: install
 	$(PY) -m pytest tests
 
+# The GPU subset (tests marked gpu, tests/test_on_gpu.py) on a CUDA machine; `make test` runs
+# the rest on the CPU there too (tests/conftest.py).
+test-gpu: install
+	GLAM_TEST_DEVICE=cuda $(PY) -m pytest tests -rs
+
 # The suite without the real-SLURM tests (about two minutes shorter).
 test-fast: install
 	$(PY) -m pytest tests -m "not slurm"
+
+# Every client path against a server this project did not write (tests/test_served_models.py):
+# llama-cpp-python builds llama.cpp when it installs (28.5 min on the 2-core CPU), so `make test`
+# skips these tests, saying how to run them.
+test-servers: install
+	$(PY) -m pip install -q "llama-cpp-python[server]==0.3.36"
+	GLAM_TEST_LLAMA_CPP=1 $(PY) -m pytest tests/test_served_models.py -rs
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

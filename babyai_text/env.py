@@ -22,7 +22,7 @@ from babyai_text.actions import ActionSpace, get_action_space
 from babyai_text.describe import LANGUAGES, describe_view, translate_mission
 from babyai_text.events import describe_events, take_snapshot
 from babyai_text.levels import task_type_of
-from babyai_text.registration import register_levels
+from babyai_text.registration import LEVELS, register_levels
 
 __all__ = ["TextEnv", "TextEnvWrapper", "known_level_ids", "make"]
 
@@ -189,17 +189,44 @@ def make(
             package's (``BabyAI-MixedTrainLocal-v0``, see ``babyai_text.LEVELS``).
         action_space: see :class:`TextEnv`.
         language: see :class:`TextEnv`.
-        max_steps: fixed episode length limit; by default BabyAI's, which depends on the task.
-        **kwargs: passed to ``gymnasium.make`` and on to the level (``render_mode``...).
+        max_steps: fixed episode length limit, a positive integer; by default BabyAI's, which
+            depends on the task. (BabyAI pays ``1 - 0.9 * steps / max_steps`` on success: below
+            1 step the payment would exceed 1, at 0 it divides by zero.)
+        **kwargs: passed to ``gymnasium.make`` and on to the level (``render_mode``...);
+            ``distractors`` (an integer >= 0) only to the GLAM levels (``LEVELS``), which take it.
 
     Raises:
         ValueError: for an unknown level id (the message lists the known ones), an unknown
-            action space or language.
+            action space or language, a ``max_steps`` or ``distractors`` out of range, or an
+            argument the level does not take.
     """
     known = known_level_ids()
     if level_id not in known:
         raise ValueError(f"unknown BabyAI level id {level_id!r}; known ids: {', '.join(known)}")
     if max_steps is not None:
+        if not _is_int(max_steps) or max_steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
         kwargs["max_steps"] = max_steps
-    env = gym.make(level_id, **kwargs)
+    if "distractors" in kwargs and kwargs["distractors"] is not None:
+        distractors = kwargs["distractors"]
+        if level_id not in LEVELS:
+            raise ValueError(
+                f"distractors is for the GLAM levels ({', '.join(LEVELS)}); {level_id} sets its "
+                "own number of objects"
+            )
+        if not _is_int(distractors) or distractors < 0:
+            raise ValueError(f"distractors must be an integer >= 0, got {distractors!r}")
+    try:
+        env = gym.make(level_id, **kwargs)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise ValueError(
+            f"{level_id} does not take the argument(s) {', '.join(map(repr, kwargs))}: "
+            f"{str(error).split(' was raised from', 1)[0]}"
+        ) from None
     return TextEnv(env, action_space=action_space, language=language)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -6,6 +6,12 @@ each once, in batches of ``num_envs``; two runs with the same base seed play the
 (as long as the agent acts the same), and runs whose base seeds are far apart never share one.
 ``state_dict()`` saves how many episodes each env has started so that a resumed run goes on
 with the next seeds instead of replaying the first ones.
+
+Groups (``group_size=G``, for GRPO-like estimators): envs ``g*G .. g*G + G - 1`` form group g
+and play the same seeds, ``seed + g + n * (num_envs / G)`` for their n-th episode, so each
+episode of the group is played G times; ``reset()`` moves the envs of a group that fell behind
+to the group's furthest episode first, so that after it the group's envs start the same one.
+With G = 1 (the default) this is the schedule above.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class TextVectorEnv:
         *,
         seed: int,
         wrapper: Callable[[TextEnv], Any] | None = None,
+        group_size: int = 1,
         **make_kwargs: Any,
     ) -> None:
         """
@@ -56,10 +63,15 @@ class TextVectorEnv:
                 ``step``, ``info["success"]`` and ``info["task_type"]``) and may change the
                 actions, the rewards or the observations (a coupling's env, e.g. LLM4RL's
                 mediator).
+            group_size: envs per group playing the same seeds (see the module docstring); it
+                divides ``num_envs``.
             **make_kwargs: passed to :func:`babyai_text.make` for every env.
         """
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if group_size < 1 or num_envs % group_size:
+            raise ValueError(f"group_size={group_size} must be >= 1 and divide num_envs={num_envs}")
+        self.group_size = group_size
         self.num_envs = num_envs
         self.seed = int(seed)
         envs = [make(level_id, **make_kwargs) for _ in range(num_envs)]
@@ -73,10 +85,18 @@ class TextVectorEnv:
 
     def episode_seed(self, env_index: int, episode: int) -> int:
         """Seed of episode ``episode`` (0, 1, ...) of env ``env_index``."""
-        return self.seed + env_index + episode * self.num_envs
+        groups = self.num_envs // self.group_size
+        return self.seed + env_index // self.group_size + episode * groups
 
     def reset(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Start a fresh episode in every env, each at its next seed."""
+        """Start a fresh episode in every env, each at its next seed (the envs of a group at
+        the group's furthest: they start the same episode)."""
+        if self.group_size > 1:
+            for start in range(0, self.num_envs, self.group_size):
+                furthest = max(self.episodes_started[start : start + self.group_size])
+                self.episodes_started[start : start + self.group_size] = [
+                    furthest
+                ] * self.group_size
         self._running = [{} for _ in range(self.num_envs)]
         observations, infos = [], []
         for i in range(self.num_envs):
@@ -146,11 +166,14 @@ class TextVectorEnv:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data to resume the seed schedule: base seed and episodes started per env."""
-        return {
+        state = {
             "seed": self.seed,
             "num_envs": self.num_envs,
             "episodes_started": list(self.episodes_started),
         }
+        if self.group_size > 1:  # another schedule: a resume must keep it
+            state["group_size"] = self.group_size
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the seed schedule saved by :meth:`state_dict`.
@@ -158,6 +181,11 @@ class TextVectorEnv:
         Episodes in progress are dropped: call :meth:`reset` next, which starts every env at its
         next seed.
         """
+        if state.get("group_size", 1) != self.group_size:
+            raise ValueError(
+                f"state is for groups of {state.get('group_size', 1)} envs, this vector env has "
+                f"groups of {self.group_size}"
+            )
         if state["num_envs"] != self.num_envs:
             raise ValueError(
                 f"state is for {state['num_envs']} envs, this vector env has {self.num_envs}"

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
+import hashlib
 import json
 import math
 import shlex
@@ -58,7 +58,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from glam.eval.report import AGENT_FIGURES
-from glam.eval.stats import wilson_interval
+from glam.eval.stats import seed_interval, t_interval, t_quantile, wilson_interval
+from glam.outputs import COMPARISON
 
 __all__ = [
     "COMPARISON_FILES",
@@ -101,6 +102,8 @@ CONFIG_YAML = "config.yaml"
 EVAL_DIR = "eval"
 """Folder of a run that holds its evaluations (`RUN/eval/**/results.json`)."""
 RESULTS_JSON = "results.json"
+EPISODES_JSONL = "episodes.jsonl"
+"""Each episode of an evaluation, beside its results.json (`glam.eval.harness`)."""
 SUCCESS, RETURN, EPISODES = "charts/success_rate", "charts/episode_return", "charts/episodes"
 ELAPSED = "elapsed_seconds"
 DEFAULT_LABEL_KEY = "train.label"
@@ -113,6 +116,7 @@ COMPARISON_FILES = {
     "png": "comparison.png",
 }
 """What `write_comparison` writes, by the key of its returned paths."""
+assert tuple(COMPARISON_FILES.values()) == COMPARISON.files  # what `check_output_dir` looks for
 HELD_OUT, TRAINING, BASELINE = "held-out evaluation", "training", "baseline"
 """`FinalRow.source`."""
 
@@ -237,6 +241,9 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
         metrics = pd.read_csv(metrics_file)
     except pd.errors.EmptyDataError:
         metrics = pd.DataFrame()
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # binary, ragged, unreadable
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ComparisonError(f"{metrics_file} is not a readable CSV file ({message})") from None
     if metrics.empty:
         raise ComparisonError(f"{metrics_file} is empty: the run has no logged update yet")
     missing = [column for column in ("frames", SUCCESS) if column not in metrics]
@@ -362,49 +369,6 @@ def frame_grid(runs: Sequence[Run], points: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(start, end, points)))
 
 
-@functools.cache
-def t_quantile(p: float, df: int) -> float:
-    """The `p` quantile (0.5 < p < 1) of Student's t with `df` degrees of freedom.
-
-    (scipy is not a dependency.) The density is integrated from 0 by Simpson's rule on 4096
-    intervals and the quantile found by bisection; it agrees with the closed forms for 1 and 2
-    degrees of freedom to 1e-6.
-    """
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def mass_from_zero(x: float) -> float:
-        t = np.linspace(0.0, x, 4097)
-        density = np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))
-        h = x / 4096
-        return (
-            h
-            / 3
-            * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
-        )
-
-    target = p - 0.5
-    low, high = 0.0, 1.0
-    while mass_from_zero(high) < target:
-        low, high = high, 2 * high
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if mass_from_zero(middle) < target else (low, middle)
-    return (low + high) / 2
-
-
-def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """`(mean, low, high)`: the mean of `values` and its 95% Student-t interval (NaN bounds for a
-    single value)."""
-    data = np.asarray(values, float)
-    mean = float(data.mean())
-    if len(data) < 2:
-        return mean, math.nan, math.nan
-    half = t_quantile(0.975, len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
-    return mean, mean - half, mean + half
-
-
 @dataclass(frozen=True)
 class Band:
     """A group's curve on the grid: mean over seeds and its 95% t-interval, with the seeds'
@@ -421,9 +385,9 @@ class Band:
         return self.curves.shape[0]
 
 
-def band_over_seeds(curves: np.ndarray) -> Band:
+def band_over_seeds(curves: np.ndarray, bounds: tuple[float, float] | None = None) -> Band:
     """Mean and 95% t-interval of `curves` (seeds, grid), where every seed has a value (NaN
-    elsewhere; NaN bounds for one seed)."""
+    elsewhere; NaN bounds for one seed), clipped to `bounds` when given (success: [0, 1])."""
     curves = np.atleast_2d(np.asarray(curves, float))
     seeds = curves.shape[0]
     everywhere = np.isfinite(curves).all(axis=0)
@@ -435,6 +399,9 @@ def band_over_seeds(curves: np.ndarray) -> Band:
             half = t_quantile(0.975, seeds - 1) * covered.std(axis=0, ddof=1) / math.sqrt(seeds)
             low[everywhere] = mean[everywhere] - half
             high[everywhere] = mean[everywhere] + half
+            if bounds is not None:
+                low[everywhere] = np.maximum(low[everywhere], bounds[0])
+                high[everywhere] = np.minimum(high[everywhere], bounds[1])
     return Band(mean, low, high, curves)
 
 
@@ -462,7 +429,7 @@ def group_bands(
     for label, members in group_runs(runs).items():
         curves = [_smoothed_on_grid(run, grid, window, min_episodes) for run in members]
         bands[label] = (
-            band_over_seeds(np.stack([c[0] for c in curves])),
+            band_over_seeds(np.stack([c[0] for c in curves]), bounds=(0.0, 1.0)),
             band_over_seeds(np.stack([c[1] for c in curves])),
         )
     return bands
@@ -562,6 +529,33 @@ class Outcome:
     """Training wall time of the seed's run (NaN for a baseline)."""
     figures: Mapping[str, float] = field(default_factory=dict)
     """The agent's own figures in the evaluation (`agent_figures`), e.g. queries per episode."""
+    episodes_digest: str | None = None
+    """A digest of the suite's episodes (seed, success, return and length of each, from the
+    `episodes.jsonl` beside the results; None without one). Equal digests are replays of one
+    evaluation, e.g. a deterministic rule evaluated once per training seed: counted once."""
+
+
+def episodes_digest(path: Path, suite: str) -> str | None:
+    """The digest of `suite`'s episodes in the episodes.jsonl at `path` (see
+    `Outcome.episodes_digest`); None when there is no such file or episode."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    rows = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if record.get("suite") == suite:
+            rows.append(
+                [record.get(key) for key in ("seed", "success", "episode_return", "length")]
+            )
+    if not rows:
+        return None
+    rows.sort(key=lambda row: json.dumps(row))
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
 def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
@@ -593,6 +587,7 @@ def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
             for key, value in figures.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         },
+        episodes_digest=episodes_digest(path.parent / EPISODES_JSONL, suite),
     )
     return str(results.get("label", path.parent.name)), str(level), outcome
 
@@ -615,26 +610,42 @@ class FinalRow:
     outcomes: list[Outcome]
 
     @property
+    def distinct(self) -> list[Outcome]:
+        """The outcomes less the replays of an earlier one (equal `episodes_digest`): a
+        deterministic agent evaluated once per seed is one evaluation, not several."""
+        seen: set[str] = set()
+        kept = []
+        for outcome in self.outcomes:
+            if outcome.episodes_digest is not None:
+                if outcome.episodes_digest in seen:
+                    continue
+                seen.add(outcome.episodes_digest)
+            kept.append(outcome)
+        return kept
+
+    @property
     def mean(self) -> float:
-        """Mean success rate over seeds (files)."""
-        return float(np.mean([o.success_rate for o in self.outcomes]))
+        """Mean success rate over the distinct seeds (files)."""
+        return float(np.mean([o.success_rate for o in self.distinct]))
 
     @property
     def seed_interval(self) -> tuple[float, float]:
-        """95% t-interval over seeds (NaN for one seed)."""
-        _, low, high = t_interval([o.success_rate for o in self.outcomes])
+        """95% t-interval over the distinct seeds, clipped to [0, 1] (NaN for one)."""
+        _, low, high = seed_interval([o.success_rate for o in self.distinct])
         return low, high
 
     @property
     def episodes(self) -> int:
-        return sum(o.episodes for o in self.outcomes)
+        """Episodes of the distinct evaluations (replays not counted again)."""
+        return sum(o.episodes for o in self.distinct)
 
     @property
     def pooled_interval(self) -> tuple[float, float]:
-        """95% Wilson interval of all the episodes together (NaN without episodes)."""
+        """95% Wilson interval of the distinct evaluations' episodes together (NaN without
+        episodes)."""
         if not self.episodes:
             return math.nan, math.nan
-        return wilson_interval(sum(o.successes for o in self.outcomes), self.episodes)
+        return wilson_interval(sum(o.successes for o in self.distinct), self.episodes)
 
     @property
     def mean_return(self) -> float:
@@ -748,6 +759,14 @@ def _frames(value: float | None) -> str:
 
 def _interval(low: float, high: float) -> str:
     return "–" if not math.isfinite(low) else f"[{low:.3f}, {high:.3f}]"
+
+
+def _seeds(row: FinalRow) -> str:
+    """The row's seeds (files), saying how many are replays counted once."""
+    distinct = len(row.distinct)
+    if distinct == len(row.outcomes):
+        return str(distinct)
+    return f"{len(row.outcomes)} ({distinct} distinct: the rest replay its episodes)"
 
 
 def _minutes(seconds: float) -> str:
@@ -865,7 +884,9 @@ def comparison_markdown(
         "",
         f"Held-out evaluation: the `{suite}` suite of `RUN/eval/**/results.json`. Training: the "
         f"episodes of the last {window} update(s) of training, NOT held out. Mean over seeds, "
-        "its 95% t-interval over seeds, and the 95% Wilson interval of all the episodes pooled. "
+        "its 95% t-interval over seeds (clipped to [0, 1]), and the 95% Wilson interval of all "
+        "the episodes pooled; evaluations that replay the same episodes (a deterministic "
+        "agent, once per seed) count once. "
         "Training wall time: the trainer's clock at the run's last update, mean over seeds."
         + (
             f" {', '.join(f'`{key}`' for key in beside)}: the evaluation's own figure, mean "
@@ -886,7 +907,7 @@ def comparison_markdown(
             for o in row.outcomes
         )
         lines.append(
-            f"| {row.label} | {row.source} | {row.level} | {len(row.outcomes)} | {_num(row.mean)} "
+            f"| {row.label} | {row.source} | {row.level} | {_seeds(row)} | {_num(row.mean)} "
             f"| {_interval(*row.seed_interval)} | {_interval(*row.pooled_interval)} "
             f"| {row.episodes} | {_num(row.mean_return)} | {_minutes(row.wall_seconds)} | "
             + "".join(f"{_num(row.figure(key), 2)} | " for key in beside)

@@ -38,6 +38,8 @@ from omegaconf import (
 )
 from omegaconf.errors import OmegaConfBaseException
 
+from glam.cli import fail
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 """The repository's Hydra presets (training presets at the top, `eval/`, `bc/`, `demos/`)."""
 
@@ -92,11 +94,57 @@ class AdapterConfig:
     """Dropout on the LoRA branch."""
     target_modules: list[str] | None = None
     """Module names to adapt; None picks a default for the architecture (Llama, T5, GPT-2...)."""
+    layers: Any = None
+    """Which transformer layers get the adapter: null, every layer; a number K, the top K layers
+    (`model.lora.layers=4`, the training presets' default: `DEFAULT_LORA_LAYERS`); a list, those
+    layers by index from 0 at the bottom (`model.lora.layers=[26,27,28,29]`); peft's
+    `layers_to_transform`. For an encoder-decoder model the layers are the decoder's, and the
+    encoder gets no adapter. With the layers below the adapted ones frozen, the PPO update runs
+    from their cached output (`ppo.cache_trunk`)."""
 
     def __post_init__(self) -> None:
         _check_positive("model.lora.r", self.r)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        self.layers = check_lora_layers(self.layers)
+
+
+DEFAULT_LORA_LAYERS = 4
+"""The training presets' `model.lora.layers` unless they say otherwise (`TrainingRunConfig`);
+`AdapterConfig` itself (behavioural cloning's too) adapts every layer by default."""
+
+
+def check_lora_layers(layers: Any) -> int | list[int] | None:
+    """`model.lora.layers` as a number of top layers, a sorted list of layer indices or None.
+
+    Raises:
+        ValueError: anything else (a zero or negative count, a negative or repeated index...).
+    """
+    if layers is None:
+        return None
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        if layers < 1:
+            raise ValueError(
+                f"model.lora.layers={layers}: a number of top layers must be at least 1 "
+                "(null adapts every layer)"
+            )
+        return layers
+    if isinstance(layers, (list, tuple)) or OmegaConf.is_list(layers):
+        indices = list(layers)
+        if (
+            not indices
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices)
+            or min(indices) < 0
+            or len(set(indices)) != len(indices)
+        ):
+            raise ValueError(
+                f"model.lora.layers={indices}: a list must hold distinct layer indices >= 0"
+            )
+        return sorted(indices)
+    raise ValueError(
+        f"model.lora.layers={layers!r}: give a number of top layers (4), a list of layer "
+        "indices ([26,27,28,29]) or null (every layer)"
+    )
 
 
 @dataclass
@@ -150,10 +198,13 @@ class PolicyConfig:
     value_from_base: bool = False
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
     prompt_format: str = "glam"
-    """`glam`: the original text format; `chat`: the model's chat template around it."""
+    """`glam`: the original text format; `chat`: the model's chat template around it; `balrog`
+    (`kind=generate` only): BALROG's dialogue, the episode's last `generate.max_history`
+    observations and answers as chat turns (`glam.policy.balrog`)."""
     kind: str = "llm"
     """The agent: `llm` (a language model scores the actions; the rest of this section and
-    `model` apply), `symbolic` (BabyAI's convolutional actor-critic on the grid, section
+    `model` apply), `generate` (the language model writes its action, section `generate`;
+    `glam.policy.writer`), `symbolic` (BabyAI's convolutional actor-critic on the grid, section
     `symbolic`) or `drrn` (a text Q-learner trained from scratch, section `drrn`)."""
     temperature: float = 5.0
     """The policy is softmax(scores / temperature). GLAM's is 1 (`glam_paper`). The default 5
@@ -162,7 +213,7 @@ class PolicyConfig:
     rewarded for, the others."""
 
     def __post_init__(self) -> None:
-        _check_choice("policy.kind", self.kind, ("llm", "symbolic", "drrn"))
+        _check_choice("policy.kind", self.kind, ("llm", "generate", "symbolic", "drrn"))
         _check_choice("policy.head", self.head, ("scoring", "action_heads"))
         if not self.temperature > 0:
             raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
@@ -170,7 +221,7 @@ class PolicyConfig:
         _check_choice(
             "policy.value_activation", self.value_activation, ("sigmoid", "relu", "tanh", "gelu")
         )
-        _check_choice("policy.prompt_format", self.prompt_format, ("glam", "chat"))
+        _check_choice("policy.prompt_format", self.prompt_format, ("glam", "chat", "balrog"))
 
 
 @dataclass
@@ -369,6 +420,14 @@ class PPOConfig:
     recompute_logprobs: bool | None = None
     """Recompute old log-probs and values with the update's forward pass before the first
     epoch, so the first ratio is exactly 1; None: on when the model runs in bf16/fp16."""
+    cache_trunk: bool | None = None
+    """Keep, from the rollout's forward, the hidden states that enter the lowest adapted layer
+    (the encoder's output for an encoder-decoder model), and run the update's forwards and
+    backwards, and the recomputed log-probs, from them through the adapted layers only
+    (`glam.trunk`). It applies when LoRA adapts only the top layers (`model.lora.layers`).
+    None: on where it applies, and the run says once why not where it does not; true where it
+    does not apply stops the run at start-up, saying why. The trainer writes its choice into
+    config.yaml."""
     bootstrap_truncated: bool = False
     """At a time-out, bootstrap the return from the value of the episode's final observation
     instead of treating the time-out as a terminal state (GLAM: false; BabyAI's prompt does not
@@ -644,11 +703,16 @@ class AskConfig:
             raise ValueError("ask.timeout must be > 0 and ask.max_retries >= 0")
 
 
-ONI_REWARD_MODELS: tuple[str, ...] = ("none", "retrieval", "classification")
+ONI_REWARD_MODELS: tuple[str, ...] = ("none", "retrieval", "classification", "ranking")
 """ONI's reward models: `none` (no intrinsic reward, no annotator: plain RL), `retrieval` (a
 table of the labelled messages; 0 for the others), `classification` (a small text classifier
-trained online on the labels, so unseen messages get a reward too)."""
-ONI_BACKENDS: tuple[str, ...] = ("local", "openai", "oracle")
+trained online on the labels, so unseen messages get a reward too), `ranking` (Motif's: the
+annotator prefers one of two messages of a goal, and a score fitted to the preferences ranks
+every message)."""
+ONI_BACKENDS: tuple[str, ...] = ("local", "openai", "oracle", "random", "yes")
+"""Who labels (`oni.backend`): a language model (`local`, `openai`), or a control that reads
+nothing of the event's meaning: `oracle` (the task's progress), `random` ("yes" at
+`oni.random_rate`), `yes` (every event helps)."""
 
 
 @dataclass
@@ -671,7 +735,15 @@ class OniConfig:
     it prefers "yes" to "no" after the judging prompt), `openai` (the same question to an
     OpenAI-compatible `/v1/completions` endpoint at `base_url` that echoes prompt
     log-probabilities: vLLM, llama.cpp's server, `scripts/serve_openai.py`) or `oracle` (the
-    task's own definition of progress, `glam.oni.oracle`: a control)."""
+    task's own definition of progress, `glam.oni.oracle`: a control), `random` ("yes" with
+    probability `random_rate`, the same answer for a message every time: a control for the
+    label content at a judge's positive rate) or `yes` ("yes" to every event: a control)."""
+    random_rate: float = 0.51
+    """`backend=random`: the probability of a "yes"; the default is the share of the messages
+    of the UnlockPickup runs that the calibrated SmolLM2 called helpful (docs/oni.md)."""
+    random_seed: int | None = None
+    """`backend=random`: which messages get a "yes" (a hash of the seed and the message); None:
+    the run's `train.seed`, so the seeds of a campaign label differently."""
     model: str = DEFAULT_MODEL
     """`backend=local`: the judging model (embedded name, local folder, .gguf file or hub id)."""
     base_url: str = "http://127.0.0.1:8080/v1"
@@ -703,11 +775,19 @@ class OniConfig:
     threads: int = 1
     """Torch threads of the annotator's process."""
     classifier_steps: int = 32
-    """`classification`: gradient steps on the labels after each update that brought new ones."""
+    """`classification`, `ranking`: gradient steps on the labels (preferences) after each
+    update that brought new ones."""
     classifier_max_examples: int = 25_000
     """`classification`: the classifier trains while it has at most this many labels."""
     classifier_lr: float = 1e-2
-    """`classification`: Adam's learning rate."""
+    """`classification`, `ranking`: Adam's learning rate."""
+    ranking_pairs: int = 2
+    """`ranking`: each new message is paired with this many earlier messages of its goal
+    (drawn at random, seeded), each pair sent to the annotator for a preference."""
+    ranking_threshold: float = 0.5
+    """`ranking`: a message's reward is its win rate (the fitted probability that it is
+    preferred to a message met, averaged over them), and 0 below this (Motif's threshold: the
+    events that lose to most others earn nothing)."""
 
     def __post_init__(self) -> None:
         _check_choice("oni.reward_model", self.reward_model, ONI_REWARD_MODELS)
@@ -731,12 +811,21 @@ class OniConfig:
             raise ValueError("oni.timeout must be > 0 and oni.max_retries >= 0")
         if not self.classifier_lr > 0 or self.classifier_max_examples < 1:
             raise ValueError("oni.classifier_lr must be > 0 and oni.classifier_max_examples >= 1")
+        if not 0.0 <= self.random_rate <= 1.0:
+            raise ValueError(f"oni.random_rate must be in [0, 1], got {self.random_rate}")
+        if self.ranking_pairs < 1 or not 0.0 <= self.ranking_threshold < 1.0:
+            raise ValueError(
+                "oni.ranking_pairs must be >= 1 and oni.ranking_threshold in [0, 1), got "
+                f"{self.ranking_pairs} and {self.ranking_threshold}"
+            )
 
 
 CODEACT_CHOOSERS: tuple[str, ...] = ("none", "scored", "chat", "random", "fixed")
 """Who chooses the sub-actions to code (`codeact.chooser`); `none`: no coded actions."""
 CODEACT_WRITERS: tuple[str, ...] = ("library", "chat")
 """Who writes their code (`codeact.writer`)."""
+CODEACT_CRITICS: tuple[str, ...] = ("rules", "chat")
+"""Who reviews each phase (`codeact.critic`)."""
 
 
 @dataclass
@@ -763,6 +852,11 @@ class CodeactConfig:
     writer: str = "library"
     """`library` (our skills, selected and parameterised by name: what the embedded model can
     use) or `chat` (a code-writing chat model at `base_url` writes each function)."""
+    critic: str = "rules"
+    """Who decides after each phase what becomes of each coded action: `rules` (keep, drop or
+    rewrite by its statistics, `glam.codeact.critic.judge`) or `chat` (a chat model at
+    `base_url` reads the statistics and the errors and decides, as RL-GPT's critic does; an
+    action it leaves undecided gets the rules' verdict)."""
     num_actions: int = 4
     """Coded actions in the policy's action set (slots)."""
     iterations: int = 3
@@ -782,7 +876,8 @@ class CodeactConfig:
     model: str = DEFAULT_MODEL
     """`chooser=scored`, `backend=local`: the scoring model."""
     base_url: str = "http://127.0.0.1:8080/v1"
-    """The OpenAI-compatible endpoint of `backend=openai`, `chooser=chat` and `writer=chat`."""
+    """The OpenAI-compatible endpoint of `backend=openai`, `chooser=chat`, `writer=chat` and
+    `critic=chat`."""
     model_id: str = ""
     """The model name sent to `base_url`; empty: the first the server lists."""
     temperature: float = 0.0
@@ -803,6 +898,7 @@ class CodeactConfig:
     def __post_init__(self) -> None:
         _check_choice("codeact.chooser", self.chooser, CODEACT_CHOOSERS)
         _check_choice("codeact.writer", self.writer, CODEACT_WRITERS)
+        _check_choice("codeact.critic", self.critic, CODEACT_CRITICS)
         if (self.chooser == "fixed") != bool(self.actions):
             raise ValueError(
                 "codeact.actions lists the sub-actions of codeact.chooser=fixed, and only those "
@@ -834,6 +930,217 @@ class CodeactConfig:
             )
 
 
+# --------------------------------------------------------------------------------------------
+# Written actions and the algorithm of the update
+# --------------------------------------------------------------------------------------------
+
+LANGUAGE_MODEL_KINDS: tuple[str, ...] = ("llm", "generate")
+"""`policy.kind`s whose policy is a language model (section `model` applies)."""
+
+ANSWER_FORMATS: tuple[str, ...] = ("action", "think")
+"""`action`: the answer is the action, exactly (after normalisation); `think`: free reasoning
+ending in "ACTION: <action>" (BALROG's chain-of-thought agent)."""
+
+
+@dataclass
+class GenerationConfig:
+    """A policy that writes its action (`policy.kind=generate`, `glam.policy.writer`): the model
+    samples an answer after the prompt, the answer is read into one of the env's actions, and
+    the log-probability of the whole answer (its sampled tokens, temperature included) is the
+    action's. docs/written_actions.md."""
+
+    max_new_tokens: int = 8
+    """Most tokens of an answer. An `action` answer ends earlier at the end-of-text token or a
+    newline (a GLAM prompt would otherwise go on with the next observation); a `think` answer
+    ends at the end-of-text token only, and needs room (64-256)."""
+    temperature: float = 1.0
+    """Sampling temperature (no top-k or top-p cut): the old log-probabilities of PPO's ratio
+    are those of this distribution. `policy.temperature` is the scoring policy's, unused here."""
+    answer: str = "action"
+    """`action`: the answer, lower-cased, spaces collapsed and surrounding punctuation stripped,
+    must be one of the action words; `think`: the text after the answer's last "ACTION:" must
+    be (BALROG's cot reading; needs `policy.prompt_format=chat` or `balrog`)."""
+    invalid_action: str = "noop"
+    """What an invalid answer plays: `noop` (minigrid's `done`, which does nothing in BabyAI;
+    the step and its time pass) or an action word (BALROG plays `go forward`)."""
+    invalid_penalty: float = 0.0
+    """Subtracted from the reward of a step whose answer was invalid (in BabyAI's reward units,
+    then scaled by `env.reward_scale` like the reward). 0: none."""
+    feedback: bool = True
+    """Start the observation after an invalid answer with BALROG's notice ("Your previous output
+    did not contain a valid action. Defaulted to action: ...")."""
+    max_history: int = 16
+    """`policy.prompt_format=balrog`: observations kept in the dialogue, and as many answers
+    (BALROG: 16). The GLAM and chat formats keep `env.nbr_obs` observations."""
+    kv_cache: bool = True
+    """Keep each env's keys and values from one turn to the next and read only the tokens a
+    prompt adds to the last one (the longest common prefix is reused; the rest is computed).
+    Exact (tests/test_writer.py); it pays where prompts grow (BALROG's dialogue)."""
+    collapse_share: float = 0.95
+    """The degenerate-output guard (RAGEN's "Echo Trap"): the run stops, saying so, when one
+    answer string is at least this share of a rollout's answers for `collapse_updates`
+    rollouts in a row."""
+    collapse_updates: int = 3
+    """Rollouts in a row the guard waits for (0: the guard is off; the answer statistics are
+    logged anyway)."""
+
+    def __post_init__(self) -> None:
+        _check_positive("generate.max_new_tokens", self.max_new_tokens)
+        _check_positive("generate.temperature", self.temperature)
+        _check_positive("generate.max_history", self.max_history)
+        _check_choice("generate.answer", self.answer, ANSWER_FORMATS)
+        if not self.invalid_action:
+            raise ValueError("generate.invalid_action is empty: give `noop` or an action word")
+        if self.invalid_penalty < 0:
+            raise ValueError(
+                f"generate.invalid_penalty must be >= 0 (it is subtracted), got "
+                f"{self.invalid_penalty}"
+            )
+        if not 0.0 < self.collapse_share <= 1.0:
+            raise ValueError(
+                f"generate.collapse_share must be in (0, 1], got {self.collapse_share}"
+            )
+        if self.collapse_updates < 0:
+            raise ValueError(f"generate.collapse_updates must be >= 0, got {self.collapse_updates}")
+
+
+ALGORITHMS: tuple[str, ...] = ("ppo", "grpo", "gigpo")
+"""The update's algorithm (`glam.ppo.algorithms`): PPO (GAE with a value head), GRPO (group-
+normalised episode returns, no value head, KL to the reference) and GiGPO (GRPO plus step-level
+advantages from identical observations across a group's episodes)."""
+
+CLIP_LEVELS: tuple[str, ...] = ("sequence", "token")
+
+
+@dataclass
+class AlgorithmConfig:
+    """How an update turns a rollout into advantages and a loss. `ppo` is the trainer's PPO,
+    bit for bit; `grpo` and `gigpo` play groups of `group_size` envs on the same episode seeds,
+    start every rollout on new episodes, and train on the episodes that end within it
+    (docs/written_actions.md). The PPO keys (`ppo.clip_eps`, `ppo.entropy_coef`, `ppo.gamma`,
+    epochs, minibatches, learning rate) apply to all three."""
+
+    name: str = "ppo"
+    """`ppo`, `grpo` or `gigpo` (see `ALGORITHMS`)."""
+    group_size: int = 4
+    """`grpo`, `gigpo`: envs per group, playing the same seeds (G); it divides each process's
+    envs. Ignored by `ppo`."""
+    kl_coef: float = 0.01
+    """`grpo`, `gigpo`: weight of the KL penalty to the reference, the base model with the LoRA
+    adapter switched off (GRPO's k3 estimator per answer token; verl-agent's GiGPO recipe uses
+    0.01). Needs `policy.kind=generate` when above 0."""
+    clip_level: str | None = None
+    """Where the ratio is clipped: `sequence` (the whole answer's probability ratio: turn-level
+    PPO) or `token` (each answer token's, GRPO's and GiGPO's; needs `policy.kind=generate`).
+    None: `sequence` for `ppo`, `token` for `grpo` and `gigpo`."""
+    std_normalize: bool = True
+    """`grpo`, `gigpo`: divide by the group's standard deviation after subtracting its mean
+    (GRPO); false subtracts the mean only (GiGPO's `mean_norm` mode, Dr. GRPO)."""
+    step_advantage_weight: float = 1.0
+    """`gigpo`: omega, the weight of the step-level advantage added to the episode-level one.
+    Step returns are discounted by `ppo.gamma` (GiGPO's recipe: 0.95)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("algorithm.name", self.name, ALGORITHMS)
+        _check_positive("algorithm.group_size", self.group_size)
+        if self.kl_coef < 0 or self.step_advantage_weight < 0:
+            raise ValueError("algorithm.kl_coef and algorithm.step_advantage_weight must be >= 0")
+        if self.clip_level is None:
+            self.clip_level = "sequence" if self.name == "ppo" else "token"
+        _check_choice("algorithm.clip_level", self.clip_level, CLIP_LEVELS)
+        if self.name == "ppo" and self.clip_level != "sequence":
+            raise ValueError(
+                "algorithm.clip_level=token with algorithm.name=ppo: turn-level PPO clips the "
+                "ratio of the whole answer (`sequence`); token-level clipping is GRPO's and GiGPO's"
+            )
+        if self.name != "ppo" and self.group_size < 2:
+            raise ValueError(
+                f"algorithm.group_size={self.group_size}: {self.name} compares the episodes of a "
+                "group; give at least 2"
+            )
+
+
+def check_written_actions(cfg: TrainingRunConfig) -> None:
+    """The combinations of `policy.kind=generate` and of the algorithms that a run can train.
+
+    Raises:
+        ValueError: naming the keys to change.
+    """
+    generate, algorithm = cfg.policy.kind == "generate", cfg.algorithm
+    if cfg.policy.prompt_format == "balrog" and not generate:
+        raise ValueError(
+            "policy.prompt_format=balrog is BALROG's dialogue for a policy that writes its "
+            "action: set policy.kind=generate"
+        )
+    if generate and cfg.generate.answer == "think" and cfg.policy.prompt_format == "glam":
+        raise ValueError(
+            'generate.answer=think asks the model to reason before "ACTION:", which needs a '
+            "request in the prompt: set policy.prompt_format=chat or balrog"
+        )
+    if generate and (cfg.policy.head != "scoring" or cfg.policy.value_from_base):
+        raise ValueError(
+            "policy.head and policy.value_from_base are the scoring policy's: leave them at "
+            "`scoring` and false with policy.kind=generate (its value head reads the prompt)"
+        )
+    if generate:
+        clash = {
+            "teach.teacher": cfg.teach.teacher,
+            "ask.mode": cfg.ask.mode,
+            "codeact.chooser": cfg.codeact.chooser,
+        }
+        used = [f"{key}={value!r}" for key, value in clash.items() if value != "none"]
+        if used or cfg.train.save_rollouts:
+            used += ["train.save_rollouts=true"] if cfg.train.save_rollouts else []
+            raise ValueError(
+                f"policy.kind=generate does not run with {', '.join(used)} yet: a written answer "
+                "is not one of a fixed list of actions that a teacher, a mediator, coded actions "
+                "or the demonstrations format expect"
+            )
+    if algorithm.name == "ppo":
+        return
+    if cfg.policy.kind == "drrn":
+        raise ValueError(f"algorithm.name={algorithm.name!r} is a policy gradient: not for DRRN")
+    if not generate and (algorithm.kl_coef > 0 or algorithm.clip_level == "token"):
+        raise ValueError(
+            f"algorithm.name={algorithm.name!r} with policy.kind={cfg.policy.kind!r}: the KL "
+            "penalty to the reference and token-level clipping need the answer's tokens "
+            "(policy.kind=generate); set algorithm.kl_coef=0 algorithm.clip_level=sequence"
+        )
+    if cfg.env.num_envs % algorithm.group_size:
+        raise ValueError(
+            f"algorithm.group_size={algorithm.group_size} must divide env.num_envs="
+            f"{cfg.env.num_envs} (each group is G envs on the same seeds)"
+        )
+    if cfg.policy.kind == "symbolic" and cfg.symbolic.memory:
+        raise ValueError(
+            f"algorithm.name={algorithm.name!r} with symbolic.memory=true: the group "
+            "estimators train on whole episodes of a policy without memory"
+        )
+
+
+def check_trained_precision(cfg: TrainingRunConfig) -> None:
+    """Refuse to fine-tune every weight of a language model stored in bf16 or fp16.
+
+    AdamW would update those weights in place: bf16 keeps 8 bits of mantissa, so a step of lr
+    1e-6 (GLAM's full fine-tune) rounds away on most weights, and fp16 has no loss scaling here;
+    the run would go on without learning. A LoRA adapter stays fp32 over a low-precision base.
+
+    Raises:
+        ValueError: naming the settings that compute in bf16 with fp32 weights instead.
+    """
+    model = cfg.model
+    if cfg.policy.kind not in LANGUAGE_MODEL_KINDS or model.lora.enabled:
+        return
+    if model.dtype != "float32":
+        raise ValueError(
+            f"model.dtype={model.dtype} with full fine-tuning (model.lora.enabled=false): AdamW "
+            f"would update {model.dtype} weights in place, where steps of ppo.lr={cfg.ppo.lr:g} "
+            "mostly round away (and float16 has no loss scaling), so the run would not learn. "
+            "Keep model.dtype=float32 and compute in bf16 with model.autocast_bf16=true (fp32 "
+            "weights, bf16 matrix products), or train an adapter (model.lora.enabled=true)"
+        )
+
+
 @hydra_schema("training_run_schema")
 @dataclass
 class TrainingRunConfig:
@@ -843,7 +1150,13 @@ class TrainingRunConfig:
     with a LoRA adapter, on the CPU, going to the red ball (docs/training.md).
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(lora=AdapterConfig(layers=DEFAULT_LORA_LAYERS))
+    )
+    """The model; LoRA on its top 4 layers, the update run from the rollout's cached trunk
+    (`model.lora.layers`, `ppo.cache_trunk`): 0.28x the update time of LoRA on every layer on
+    this project's CPU, and the empty room learnt in fewer wall-clock minutes though in more
+    frames (docs/training.md). `model.lora.layers=null` adapts every layer."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -860,6 +1173,10 @@ class TrainingRunConfig:
     """An intrinsic reward from an LLM's labels of the agent's events (`glam.oni`)."""
     codeact: CodeactConfig = field(default_factory=CodeactConfig)
     """Coded actions chosen by a slow LLM agent and refined by a critic (`glam.codeact`)."""
+    generate: GenerationConfig = field(default_factory=GenerationConfig)
+    """How a policy that writes its action samples and reads it (`policy.kind=generate`)."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The update's advantages and loss: PPO (default), GRPO or GiGPO (`glam.ppo.algorithms`)."""
 
     @property
     def frames_per_update(self) -> int:
@@ -907,6 +1224,8 @@ class TrainingRunConfig:
                     "trainer's action set (policy.kind=symbolic or llm), alone or with ONI; "
                     f"not with {', '.join(clash) or 'policy.kind=drrn'}"
                 )
+        check_written_actions(self)
+        check_trained_precision(self)
         if self.train.probe_every and self.policy.kind != "llm":
             raise ValueError(
                 f"train.probe_every={self.train.probe_every}: the action-probability probe is "
@@ -1049,8 +1368,7 @@ def validate_or_exit(raw: DictConfig | Mapping[str, Any], schema_cls: type[Schem
     try:
         return validate_config(raw, schema_cls)
     except ConfigError as error:
-        print(f"error: invalid configuration: {error}", file=sys.stderr)
-        sys.exit(1)
+        fail(f"invalid configuration: {error}", status=1)
 
 
 def config_main(
@@ -1077,8 +1395,7 @@ def config_main(
             try:
                 check_override_keys(known.overrides or [], schema_cls)
             except ConfigError as error:
-                print(f"error: invalid configuration: {error}", file=sys.stderr)
-                sys.exit(1)
+                fail(f"invalid configuration: {error}", status=1)
             return composed()
 
         return entry
@@ -1117,24 +1434,3 @@ def compose_config(
             message = f"{message.rstrip('.')}; presets in {config_dir}: {', '.join(presets)}"
         raise ConfigError(message) from error
     return validate_config(raw, schema)
-
-
-def refuse_used_output_dir(
-    folder: str | Path, results: Iterable[str], *, key: str, overwrite_key: str
-) -> None:
-    """Refuse to write into `folder` when it already holds one of the `results` files.
-
-    Every script that writes results into a named folder calls this before any long work, so
-    that a second run never replaces a first one by accident; `overwrite_key=true` replaces it
-    on purpose.
-
-    Raises:
-        FileExistsError: naming the folder, what it holds, and the two ways out.
-    """
-    folder = Path(folder)
-    found = [name for name in results if (folder / name).exists()]
-    if found:
-        raise FileExistsError(
-            f"{key}={str(folder)!r} already holds results ({', '.join(found)}): pass "
-            f"{overwrite_key}=true to replace them, or choose another {key}"
-        )

@@ -35,6 +35,8 @@ from datasets import (
     load_from_disk,
 )
 
+from glam.outputs import DEMOS, check_output_dir
+
 __all__ = [
     "DEMO_FEATURES",
     "REQUIRED_COLUMNS",
@@ -131,6 +133,8 @@ def write_demos(
     *,
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    key: str = "demos.output_dir",
+    overwrite_key: str = "demos.overwrite",
 ) -> Dataset:
     """Save demonstrations as a dataset folder, atomically; return the dataset.
 
@@ -138,18 +142,20 @@ def write_demos(
         records: :class:`DemoRecord` objects, or mappings with the same keys.
         path: the dataset folder to create.
         metadata: JSON-serialisable collection settings, kept in the dataset's description.
-        overwrite: replace an existing folder (otherwise an existing folder is an error).
+        overwrite: replace an earlier dataset in `path` (otherwise one there is an error).
+            Nothing else is ever replaced: a folder holding other files is refused.
+        key, overwrite_key: the options that named `path` and allow replacing, for messages.
 
     Raises:
         ValueError: no records, or a record with missing or unknown fields.
-        FileExistsError: `path` exists and `overwrite` is false.
+        glam.outputs.OutputDirError: `path` cannot take a dataset (`check_output_dir`); an
+            `OutputExistsError` (a `FileExistsError`) when it holds one and `overwrite` is false.
     """
     path = Path(path)
     rows = [_to_row(record) for record in records]
     if not rows:
         raise ValueError(f"no demonstrations to write to {path}")
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; remove it or allow overwriting it")
+    check_output_dir(path, DEMOS, key=key, overwrite=overwrite, overwrite_key=overwrite_key)
     columns = {name: [row[name] for row in rows] for name in DEMO_FEATURES}
     info = DatasetInfo(
         description=json.dumps(dict(metadata or {}), sort_keys=True), features=DEMO_FEATURES
@@ -188,12 +194,14 @@ class DemoWriter:
         self.path = Path(path)
         self.metadata = dict(metadata or {})
         self.overwrite = overwrite
-        if self.path.exists() and not overwrite:
-            # Fail before the (long) collection, not after it.
-            raise FileExistsError(
-                f"demos.output_dir={str(self.path)!r} already exists: pass demos.overwrite=true "
-                "to replace it, or choose another demos.output_dir"
-            )
+        # Fail before the (long) collection, not after it; `save` checks again.
+        check_output_dir(
+            self.path,
+            DEMOS,
+            key="demos.output_dir",
+            overwrite=overwrite,
+            overwrite_key="demos.overwrite",
+        )
         self.rows: list[dict[str, Any]] = []
 
     def __len__(self) -> int:

@@ -51,6 +51,15 @@ encoded once and all of its candidates attend to it:
 
 The same pass returns the prompt's final hidden state (the last prompt token for causal models,
 the first decoder position for encoder-decoder ones) for the value head, at no extra cost.
+
+The frozen trunk
+----------------
+With a `TrunkCut` (LoRA on the top layers only, `glam.trunk`), a pass also returns, per prompt,
+the hidden states entering the lowest adapted layer at each of its real positions, in a fixed
+order that does not depend on the batch: the context's tokens, then each candidate's slot (its
+length, padding left out); for an encoder-decoder model, the encoder's output at the prompt's
+tokens. Given those back, a pass of the same prompts in any other batch (the PPO update's
+micro-batches) scatters them into its own layout and runs only the layers above the cut.
 `score_actions_naive` is the per-candidate reference the tests and the benchmark compare against.
 """
 
@@ -65,6 +74,8 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
+
+from glam.trunk import keep_layer_input, run_from_layer
 
 NORMALIZATIONS = ("sum", "token", "word")
 PACKED_ATTENTION = ("sdpa", "eager")
@@ -304,6 +315,8 @@ class CandidateScores:
     """(B, H) final hidden state of the last prompt token (causal) or first decoder position."""
     counts: Tensor
     """(B,) number of candidates of each prompt."""
+    trunk: list[Tensor] | None = None
+    """Each prompt's trunk states `(tokens, H)`, when asked for (`score_candidates`)."""
 
     def as_list(self) -> list[Tensor]:
         """One 1-D tensor of scores per prompt, of that prompt's number of candidates."""
@@ -406,16 +419,60 @@ def pack_rows(lengths: Tensor, padding_side: str = "right") -> RowPacking:
     return RowPacking(row, offset, group, len(fill), max(groups), width)
 
 
-def _forward_causal(
-    model: PreTrainedModel, tokens: CandidateTokens, slots: Tensor, padding_side: str
-) -> tuple[Tensor, Tensor]:
-    """Logits (B, C, W, V) at every slot position, and the last prompt token's state (B, H).
+@dataclass
+class TrunkCut:
+    """Where a model's frozen trunk ends (`glam.trunk`): the rollout keeps the states there, the
+    update runs from them."""
 
-    Rows are `[contexts of the row's prompts | their candidate slots]`; see the module docstring.
+    layers: nn.ModuleList | None = None
+    """Causal models: the model's layer stack (`glam.trunk.layer_stack`); None for an
+    encoder-decoder model, whose trunk is its encoder (the state kept is the encoder's output)."""
+    first: int = 0
+    """Causal models: the lowest adapted layer; the state kept is its input."""
+
+
+@dataclass
+class CausalLayout:
+    """The packed rows of a causal batch: `[contexts of the row's prompts | their candidate
+    slots]` (the module docstring), and where each prompt's positions are in them."""
+
+    input_ids: Tensor
+    """(R, L) token of every position."""
+    position_ids: Tensor
+    """(R, L) position of every token in its own prompt (slots continue from its end)."""
+    allowed: Tensor
+    """(R, L, L) which key each query attends to."""
+    row: Tensor
+    """(B,) the row of each prompt."""
+    group: Tensor
+    """(B,) which block of candidate slots of its row each prompt owns."""
+    context: int
+    """Columns of the context area of every row; the slot area follows."""
+    slot_area: tuple[int, int, int]
+    """(groups per row, slots per group, slot width)."""
+    token_row: Tensor
+    """(T,) row of every real position, prompt by prompt, in the trunk order: the context's
+    tokens, then each candidate's slot (its length only, padding left out)."""
+    token_column: Tensor
+    """(T,) column of the same positions."""
+    token_counts: Tensor
+    """(B,) how many of those positions belong to each prompt."""
+
+    @property
+    def kept(self) -> int:
+        """Columns of the slot area, at the end of every row: logits are computed there only."""
+        groups, num_slots, width = self.slot_area
+        return groups * num_slots * width
+
+
+def causal_layout(
+    tokens: CandidateTokens, slots: Tensor, slot_lengths: Tensor, padding_side: str
+) -> CausalLayout:
+    """Pack prompts and candidate slots into rows (on the CPU; see the module docstring).
+
     Every position carries the prompt it belongs to (`owner`, -1 for padding); a query sees a key
     of the same owner that is not after it, and, in the slot area, only keys of its own slot.
     """
-    device = model.device
     batch_size, num_slots, width = slots.shape
     prompt_ids, prompt_lengths = tokens.prompt_ids, tokens.prompt_lengths
     context_lengths = prompt_lengths - 1  # every prompt token but the last
@@ -441,48 +498,123 @@ def _forward_causal(
     slot_inputs = torch.cat([last_token[:, None].expand(-1, num_slots, 1), slots[..., :-1]], -1)
     slot_positions = (context_lengths[:, None, None] + torch.arange(width)).expand_as(slot_inputs)
     area = (rows, groups, num_slots, width)
-    at = (packing.row, packing.group)
+    where = (packing.row, packing.group)
     slot_ids = slots.new_zeros(area)
-    slot_ids[at] = slot_inputs
+    slot_ids[where] = slot_inputs
     slot_position_ids = torch.zeros(area, dtype=torch.long)
-    slot_position_ids[at] = slot_positions
+    slot_position_ids[where] = slot_positions
     slot_owner = torch.full(area, -1)
-    slot_owner[at] = torch.arange(batch_size)[:, None, None]
+    slot_owner[where] = torch.arange(batch_size)[:, None, None]
 
-    input_ids = torch.cat([context_ids, slot_ids.flatten(1)], 1).to(device)
-    position_ids = torch.cat([context_positions, slot_position_ids.flatten(1)], 1).to(device)
-    owner = torch.cat([context_owner, slot_owner.flatten(1)], 1).to(device)  # (R, L)
+    input_ids = torch.cat([context_ids, slot_ids.flatten(1)], 1)
+    position_ids = torch.cat([context_positions, slot_position_ids.flatten(1)], 1)
+    owner = torch.cat([context_owner, slot_owner.flatten(1)], 1)  # (R, L)
     length = input_ids.shape[1]
-    column = torch.arange(length, device=device)
+    column = torch.arange(length)
     slot_number = torch.where(column < context, -1, (column - context) // width)  # (L,)
     in_context = slot_number[None, :] < 0
     same_slot = slot_number[:, None] == slot_number[None, :]
     structure = (column[None, :] <= column[:, None]) & (in_context | same_slot)  # (L, L)
     same_owner = (owner[:, :, None] == owner[:, None, :]) & (owner[:, None, :] >= 0)
     # A padding query with nothing to see would give an all-masked row: let it see itself.
-    allowed = (structure & same_owner) | torch.eye(length, dtype=torch.bool, device=device)
+    allowed = (structure & same_owner) | torch.eye(length, dtype=torch.bool)
 
-    kept = groups * num_slots * width
-    extra = {"logits_to_keep": kept} if _accepts(model, "logits_to_keep") else {}
-    outputs = model(
+    # The trunk order of each prompt's real positions: context tokens, then candidate slots.
+    prompt, candidate, k = (torch.arange(width) < slot_lengths[..., None]).nonzero().unbind(1)
+    slot_column = context + (packing.group[prompt] * num_slots + candidate) * width + k
+    order = torch.sort(torch.cat([owner_of_token, prompt]), stable=True).indices
+    token_row = torch.cat([at[0], packing.row[prompt]])[order]
+    token_column = torch.cat([at[1], slot_column])[order]
+    token_counts = context_lengths + slot_lengths.sum(1)
+    return CausalLayout(
         input_ids=input_ids,
-        attention_mask=_additive_mask(allowed, model.dtype),
         position_ids=position_ids,
-        output_hidden_states=-1,
-        use_cache=False,
-        **extra,
+        allowed=allowed,
+        row=packing.row,
+        group=packing.group,
+        context=context,
+        slot_area=(groups, num_slots, width),
+        token_row=token_row,
+        token_column=token_column,
+        token_counts=token_counts,
     )
+
+
+def _forward_causal(
+    model: PreTrainedModel,
+    tokens: CandidateTokens,
+    slots: Tensor,
+    slot_lengths: Tensor,
+    padding_side: str,
+    trunk_cut: TrunkCut | None = None,
+    trunk: Sequence[Tensor] | None = None,
+) -> tuple[Tensor, Tensor, list[Tensor] | None]:
+    """Logits (B, C, W, V) at every slot position, the last prompt token's state (B, H), and,
+    with `trunk_cut` and no `trunk`, each prompt's trunk states (`(tokens, H)` each).
+
+    With `trunk` (the states a forward kept, one tensor per prompt), the layers below the cut
+    are not run: the cut layer reads `trunk` at each prompt's positions instead.
+    """
+    device = model.device
+    layout = causal_layout(tokens, slots, slot_lengths, padding_side)
+    kept = layout.kept
+    extra = {"logits_to_keep": kept} if _accepts(model, "logits_to_keep") else {}
+
+    def forward() -> object:
+        return model(
+            input_ids=layout.input_ids.to(device),
+            attention_mask=_additive_mask(layout.allowed.to(device), model.dtype),
+            position_ids=layout.position_ids.to(device),
+            output_hidden_states=-1,
+            use_cache=False,
+            **extra,
+        )
+
+    kept_trunk = None
+    at = (layout.token_row.to(device), layout.token_column.to(device))
+    if trunk is not None:
+        states = _trunk_tensor(trunk, layout.token_counts, device)
+        hidden = states.new_zeros(*layout.input_ids.shape, states.shape[-1])
+        hidden[at] = states
+        with run_from_layer(trunk_cut.layers, trunk_cut.first, hidden):
+            outputs = forward()
+    elif trunk_cut is not None:
+        with keep_layer_input(trunk_cut.layers, trunk_cut.first) as inputs:
+            outputs = forward()
+        kept_trunk = list(inputs[0][at].split(layout.token_counts.tolist()))
+    else:
+        outputs = forward()
+    groups, num_slots, width = layout.slot_area
     logits = outputs.logits[:, -kept:].unflatten(1, (groups, num_slots, width))
-    row, group = packing.row.to(device), packing.group.to(device)
-    first_slot = context + group * num_slots * width  # the last prompt token, fed again
+    row, group = layout.row.to(device), layout.group.to(device)
+    first_slot = layout.context + group * num_slots * width  # the last prompt token, fed again
     hidden = outputs.hidden_states[-1][row, first_slot]
-    return logits[row, group], hidden
+    return logits[row, group], hidden, kept_trunk
+
+
+def _trunk_tensor(trunk: Sequence[Tensor], counts: Tensor, device: torch.device) -> Tensor:
+    """The prompts' trunk states one after the other, checked against the positions they fill."""
+    have = [len(states) for states in trunk]
+    if have != counts.tolist():
+        raise ValueError(
+            f"the trunk states do not fit the prompts: {have} positions given, the prompts and "
+            f"candidates have {counts.tolist()} (states kept for other prompts or another "
+            "tokenizer?)"
+        )
+    return torch.cat(list(trunk)).to(device)
 
 
 def _forward_encoder_decoder(
-    model: PreTrainedModel, tokens: CandidateTokens, slots: Tensor, padding_side: str
-) -> tuple[Tensor, Tensor]:
-    """Logits (B, C, W, V) at every slot position, and the first decoder position's state.
+    model: PreTrainedModel,
+    tokens: CandidateTokens,
+    slots: Tensor,
+    padding_side: str,
+    keep_trunk: bool = False,
+    trunk: Sequence[Tensor] | None = None,
+) -> tuple[Tensor, Tensor, list[Tensor] | None]:
+    """Logits (B, C, W, V) at every slot position, the first decoder position's state, and with
+    `keep_trunk` each prompt's encoder output (`(tokens, H)` each; `trunk` given: the encoder is
+    not run, its output is `trunk`).
 
     Packing slots side by side in one decoder row is exact only when the decoder has no absolute
     positions (T5's relative bias); other decoders (BART, Marian: learned positions) get one
@@ -496,14 +628,16 @@ def _forward_encoder_decoder(
         padding_side = "right"
 
     encoder_ids, encoder_mask = _pad(tokens.prompt_ids, tokens.prompt_lengths, padding_side)
+    encoded, kept_trunk = _encoder_states(model, encoder_ids, encoder_mask, keep_trunk, trunk)
     start = slots.new_full((batch_size, num_slots, 1), start_id)
     decoder_ids = torch.cat([start, slots[..., :-1]], -1).to(device)  # (B, C, W)
     if not _relative_decoder_positions(model):
-        return _forward_decoder_rows(model, encoder_ids, encoder_mask, decoder_ids)
+        logits, hidden = _forward_decoder_rows(model, encoded, encoder_mask, decoder_ids)
+        return logits, hidden, kept_trunk
     decoder_ids = decoder_ids.flatten(1)
     allowed = _decoder_structure(num_slots, width, device)[None].expand(batch_size, -1, -1)
     outputs = model(
-        input_ids=encoder_ids.to(device),
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
         attention_mask=encoder_mask.to(device),
         decoder_input_ids=decoder_ids,
         decoder_attention_mask=_additive_mask(allowed, model.dtype),
@@ -512,7 +646,31 @@ def _forward_encoder_decoder(
     )
     logits = outputs.logits.unflatten(1, (num_slots, width))
     hidden = outputs.decoder_hidden_states[-1][:, 0]
-    return logits, hidden
+    return logits, hidden, kept_trunk
+
+
+def _encoder_states(
+    model: PreTrainedModel,
+    encoder_ids: Tensor,
+    encoder_mask: Tensor,
+    keep_trunk: bool,
+    trunk: Sequence[Tensor] | None,
+) -> tuple[Tensor, list[Tensor] | None]:
+    """The encoder's output (B, Lp, H) for padded prompts, run or read from `trunk` (each
+    prompt's output at its real positions), and with `keep_trunk` that per-prompt form."""
+    device = model.device
+    real = encoder_mask.bool().to(device)
+    counts = encoder_mask.sum(1)
+    if trunk is not None:
+        states = _trunk_tensor(trunk, counts, device)
+        encoded = states.new_zeros(*encoder_ids.shape, states.shape[-1])
+        encoded[real] = states
+        return encoded, None
+    encoded = model.get_encoder()(
+        input_ids=encoder_ids.to(device), attention_mask=encoder_mask.to(device)
+    ).last_hidden_state
+    kept = list(encoded[real].detach().split(counts.tolist())) if keep_trunk else None
+    return encoded, kept
 
 
 def _relative_decoder_positions(model: PreTrainedModel) -> bool:
@@ -521,17 +679,15 @@ def _relative_decoder_positions(model: PreTrainedModel) -> bool:
 
 
 def _forward_decoder_rows(
-    model: PreTrainedModel, encoder_ids: Tensor, encoder_mask: Tensor, decoder_ids: Tensor
+    model: PreTrainedModel, encoded: Tensor, encoder_mask: Tensor, decoder_ids: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Encoder once per prompt, then one decoder row per candidate (positions from 0 in each)."""
+    """One decoder row per candidate (positions from 0 in each), all reading the encoder output
+    `encoded` (B, Lp, H) of their prompt."""
     device = model.device
     batch_size, num_slots, width = decoder_ids.shape
-    encoded = model.get_encoder()(
-        input_ids=encoder_ids.to(device), attention_mask=encoder_mask.to(device)
-    )
     rows = torch.arange(batch_size, device=device).repeat_interleave(num_slots)
     outputs = model(
-        encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state[rows]),
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded[rows]),
         attention_mask=encoder_mask.to(device)[rows],
         decoder_input_ids=decoder_ids.flatten(0, 1),
         output_hidden_states=-1,
@@ -579,6 +735,8 @@ def score_candidates(
     *,
     append_eos: bool = False,
     padding_side: str | None = None,
+    trunk_cut: TrunkCut | None = None,
+    trunk: Sequence[Tensor] | None = None,
 ) -> CandidateScores:
     """Score every candidate of every prompt in one forward pass; also return prompt states.
 
@@ -586,6 +744,10 @@ def score_candidates(
     -inf (ready for a `Categorical`), next to the prompts' final hidden states for a value head.
     `padding_side` (default: the tokenizer's) only changes the batch layout, never the result.
     Differentiable when grad is enabled.
+
+    With `trunk_cut` (`glam.trunk`), the scores also keep each prompt's trunk states
+    (`CandidateScores.trunk`); given those back as `trunk` (same prompts and candidates, in any
+    batch), the forward skips the trunk and runs from them, to the same scores.
     """
     _check_inputs(prompts, candidates, normalization)
     kind = model_kind(model)
@@ -600,8 +762,16 @@ def score_candidates(
         append_eos=append_eos,
     )
     slots, slot_lengths = _slots(tokens, len(prompts))  # (B, C, W), (B, C)
-    forward = _forward_causal if kind == "causal" else _forward_encoder_decoder
-    logits, hidden = forward(model, tokens, slots, side)
+    if trunk is not None and trunk_cut is None:
+        raise ValueError("trunk states were given without the trunk_cut they were kept at")
+    if kind == "causal":
+        logits, hidden, kept = _forward_causal(
+            model, tokens, slots, slot_lengths, side, trunk_cut, trunk
+        )
+    else:
+        logits, hidden, kept = _forward_encoder_decoder(
+            model, tokens, slots, side, trunk_cut is not None, trunk
+        )
     word_counts = torch.zeros_like(slot_lengths)
     word_counts[tokens.prompt_index, tokens.slot_index] = tokens.word_counts
     device = logits.device
@@ -609,7 +779,11 @@ def score_candidates(
         logits, slots.to(device), slot_lengths.to(device), word_counts.to(device), normalization
     )
     return CandidateScores(
-        scores=scores, mask=slot_lengths.to(device) > 0, prompt_hidden=hidden, counts=tokens.counts
+        scores=scores,
+        mask=slot_lengths.to(device) > 0,
+        prompt_hidden=hidden,
+        counts=tokens.counts,
+        trunk=kept,
     )
 
 
@@ -660,8 +834,24 @@ def prompt_hidden_states(
     for encoder-decoder ones: the same states `score_candidates` returns, for the action-heads
     policy and for a value computed with the adapter switched off.
     """
+    return prompt_states(model, tokenizer, prompts, padding_side=padding_side)[0]
+
+
+def prompt_states(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    padding_side: str | None = None,
+    trunk_cut: TrunkCut | None = None,
+    trunk: Sequence[Tensor] | None = None,
+) -> tuple[Tensor, list[Tensor] | None]:
+    """`prompt_hidden_states`, and with `trunk_cut` each prompt's trunk states (its real
+    positions, in order); given those back as `trunk`, the forward runs from them."""
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts must be a non-empty list of strings")
+    if trunk is not None and trunk_cut is None:
+        raise ValueError("trunk states were given without the trunk_cut they were kept at")
     kind = model_kind(model)
     model = unwrap_model(model)
     side = _resolve_padding_side(tokenizer, padding_side)
@@ -673,28 +863,48 @@ def prompt_hidden_states(
     input_ids, attention_mask = _pad(ids, lengths, side)
     device = model.device
     if kind == "encoder_decoder":
+        encoded, kept = _encoder_states(
+            model, input_ids, attention_mask, trunk_cut is not None, trunk
+        )
         start = torch.full((len(prompts), 1), _decoder_start_id(model), device=device)
         outputs = model(
-            input_ids=input_ids.to(device),
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
             attention_mask=attention_mask.to(device),
             decoder_input_ids=start,
             output_hidden_states=-1,
             use_cache=False,
         )
-        return outputs.decoder_hidden_states[-1][:, 0]
+        return outputs.decoder_hidden_states[-1][:, 0], kept
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     extra = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
-    outputs = model(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        output_hidden_states=-1,
-        use_cache=False,
-        **extra,
-    )
+
+    def forward() -> object:
+        return model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            position_ids=position_ids.to(device),
+            output_hidden_states=-1,
+            use_cache=False,
+            **extra,
+        )
+
+    real = attention_mask.bool().to(device)
+    kept = None
+    if trunk is not None:
+        states = _trunk_tensor(trunk, lengths, device)
+        hidden = states.new_zeros(*input_ids.shape, states.shape[-1])
+        hidden[real] = states
+        with run_from_layer(trunk_cut.layers, trunk_cut.first, hidden):
+            outputs = forward()
+    elif trunk_cut is not None:
+        with keep_layer_input(trunk_cut.layers, trunk_cut.first) as inputs:
+            outputs = forward()
+        kept = list(inputs[0][real].split(lengths.tolist()))
+    else:
+        outputs = forward()
     last = lengths - 1 if side == "right" else torch.full_like(lengths, input_ids.shape[1] - 1)
     hidden = outputs.hidden_states[-1]
-    return hidden[torch.arange(len(prompts), device=device), last.to(device)]
+    return hidden[torch.arange(len(prompts), device=device), last.to(device)], kept
 
 
 def score_actions_naive(

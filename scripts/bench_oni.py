@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from glam.cli import report
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -86,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = _run(name, overrides, args.frames, run_dir)
             except RuntimeError as error:
-                print(f"error: {error}", file=sys.stderr)
-                return 1
+                return report(error, status=1)
             runs[name].append(result)
             print(
                 f"[bench_oni] round {round_} {name}: {result['fps']:.0f} frames/s "

@@ -17,8 +17,12 @@ out of the figures, then prints a table and writes JSON: rollout and update env-
 (transitions per second of update wall time, all epochs included), seconds per update, peak
 memory (process RSS; CUDA peak allocated on GPU), the seconds of each phase of an update
 (`glam.ppo.timing`: rollout forwards, env steps, the update's forwards, backwards and optimizer
-steps, and the recomputation of old log-probs under reduced precision), and the machine it ran
-on.
+steps, and the recomputation of old log-probs under reduced precision), the memory of the frozen
+trunk's cached states (`model.lora.layers=4`: the update runs from them, `glam.trunk`), and the
+machine it ran on.
+
+    # the default preset with LoRA on the top 4 layers, the update run from the trunk's cache
+    python scripts/bench_ppo.py --updates 2 model.lora.layers=4
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from glam.cli import report
 from glam.config import ConfigError, TrainingRunConfig, compose_config
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.logger import read_metrics
@@ -71,6 +76,10 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
     result: dict[str, object] = {
         "model": cfg.model.name_or_path,
         "lora": cfg.model.lora.enabled,
+        # None: every layer; K or a list: the adapted layers (glam.trunk).
+        "lora_layers": cfg.model.lora.layers,
+        # As the trainer resolved it: the update ran from the rollout's trunk states.
+        "cache_trunk": cfg.ppo.cache_trunk,
         "env": cfg.env.name,
         "num_envs": cfg.env.num_envs,
         "frames_per_update": frames,
@@ -84,6 +93,7 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
             frames / r + frames / u for r, u in zip(rollout_fps, update_fps, strict=True)
         ),
         "peak_rss_mib": peak_rss_mib(),
+        "trunk_cache_mib": statistics.mean(row.get("memory/trunk_cache_mib", 0.0) for row in rows),
         # Where an update's time goes (glam.ppo.timing): mean seconds per phase.
         **{
             f"phase_{name}_s": statistics.mean(row[f"time/{name}_s"] for row in rows)
@@ -114,13 +124,11 @@ def main(argv: list[str]) -> int:
     try:
         cfg = compose_config(args.config_name, args.overrides)
     except ConfigError as error:
-        print(f"error: invalid configuration: {error}", file=sys.stderr)
-        return 1
+        return report(f"invalid configuration: {error}", status=1)
     try:
         result = bench(cfg, max(args.updates, 1))
     except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report(error)
     result["command"] = " ".join(["python", "scripts/bench_ppo.py", *argv])
     width = max(len(key) for key in result)
     for key, value in result.items():

@@ -9,8 +9,10 @@ The trainer's `teach/agreement` is in-sample (the update's own minibatches); thi
 fresh episodes (glam/eval/student_agreement.py): each run's policy plays envs seeded from 10**12 (the
 evaluation's seeds) with its run's env settings, BabyAI's bot advising on every state as it does
 as a teacher, and a state counts when the student's most probable action is the bot's (also
-split by whether the mission's object is in the agent's view). Prints a table; with `--out`, writes agreement.json and agreement.md there. Exit status: 0 done; 2 bad
-input (a folder that is not a run with a checkpoint, an unknown level, a bad count).
+split by whether the mission's object is in the agent's view). Prints a table; with `--out`,
+writes agreement.json and agreement.md there (earlier ones are replaced only with `--overwrite`;
+the folder is checked before any work). Exit status: 0 done; 2 bad input (a folder that is not a
+run with a checkpoint, an unknown level, a bad count, an `--out` it may not write).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from pathlib import Path
 
 import gymnasium as gym
 from omegaconf import OmegaConf
+
+from glam.cli import report
+from glam.outputs import AGREEMENT, OutputDirError, check_output_dir
 
 
 def _table(rows: list[dict]) -> str:
@@ -56,16 +61,26 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=0, help="episode seeds 10**12 + seed * 10**6 on"
     )
     parser.add_argument("--out", type=Path, help="folder for agreement.json and agreement.md")
+    parser.add_argument("--overwrite", action="store_true", help="replace results in --out")
     args = parser.parse_args(argv)
     if args.envs < 1 or args.steps < 1 or args.seed < 0:
-        print("error: --envs and --steps must be >= 1 and --seed >= 0", file=sys.stderr)
-        return 2
+        return report("--envs and --steps must be >= 1 and --seed >= 0")
+    if args.out is not None:
+        try:
+            check_output_dir(
+                args.out,
+                AGREEMENT,
+                key="--out",
+                overwrite=args.overwrite,
+                overwrite_key="--overwrite",
+            )
+        except OutputDirError as error:
+            return report(error)
     if args.level is not None:
         try:
             gym.spec(args.level)
         except gym.error.Error as error:
-            print(f"error: unknown level {args.level!r}: {error}", file=sys.stderr)
-            return 2
+            return report(f"unknown level {args.level!r}: {error}")
 
     import torch
 
@@ -86,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = validate_config(recorded, TrainingRunConfig)
             policy = load_policy(policy_dir(run)).eval()
         except (FileNotFoundError, ConfigError, CheckpointError) as error:
-            print(f"error: {run} is not a run folder with a checkpoint: {error}", file=sys.stderr)
-            return 2
+            return report(f"{run} is not a run folder with a checkpoint: {error}")
         env = replace(cfg.env, name=args.level or cfg.env.name)
         torch.manual_seed(args.seed)
         result = student_agreement(

@@ -12,44 +12,38 @@ The loss covers the action tokens only; held-out action accuracy (the policy sco
 over the action space, on held-out episodes) is measured before and after training. The output
 folder holds the adapter (or full model), the tokenizer, `bc_policy.json` and `metrics.json`;
 load it with `glam.bc.load_bc_policy(folder)`, or evaluate it as the harness's `bc` agent. A
-folder that already holds a BC policy is refused unless `bc.overwrite=true`.
+folder that already holds a BC policy is refused unless `bc.overwrite=true`; one that is a file,
+cannot be written, holds anything else (a training run, a dataset) or is not empty, always.
 Settings: configs/bc/train.yaml, schema glam/bc/config.py. Exit status: 0 done, 1 bad config (a
 key outside the schema or an invalid value), 2 the run cannot start (bad dataset, model not
-found, `bc.output_dir` holding a policy).
+found, a `bc.output_dir` it may not write).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 
 from glam.bc.config import BCRunConfig
+from glam.cli import exit_on
 from glam.config import config_main, register_configs
-from glam.demos import DemoDatasetError, load_demos
+from glam.demos import load_demos
 
 register_configs()
 
 
-def fail(error: Exception) -> None:
-    """Exit with the message alone: bad input, not a bug, so no traceback."""
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
-
-
 @config_main(BCRunConfig, config_path="../configs/bc", config_name="train")
 def main(config: BCRunConfig) -> None:
-    try:
-        load_demos(config.bc.dataset)  # a bad dataset fails here, before TRL is even imported
-    except ValueError as error:  # DemoDatasetError is a ValueError
-        fail(error)
+    # A folder it may not write and a bad dataset fail here, before TRL is even imported
+    # (OutputDirError and DemoDatasetError are ValueErrors).
+    with exit_on(ValueError):
+        config.bc.check_output_dir()
+        load_demos(config.bc.dataset)
 
     from glam.bc.sft import train_bc
     from glam.models.loading import ModelNotFoundError
 
-    try:
-        result = train_bc(config)  # checks bc.output_dir first, before loading the model
-    except (DemoDatasetError, ModelNotFoundError, FileExistsError) as error:
-        fail(error)
+    with exit_on(ValueError, ModelNotFoundError):
+        result = train_bc(config)  # checks bc.output_dir again, before loading the model
     print(json.dumps(result.metrics, indent=2))
     print(f"[glam] BC policy saved to {result.output_dir}")
 

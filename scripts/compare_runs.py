@@ -22,9 +22,12 @@ table of every agent figure. docs/comparing_runs.md explains every figure.
 
 Writes comparison.csv (tidy: label, seed, run, frames, success, return on the common frame grid),
 final.csv (one row per seed of the final table, with wall time and agent figures), comparison.md
-and comparison.png into `--out`. Exit status: 0 done; 2 bad input (a folder
-without metrics.csv or config.yaml, a run with no logged update, an unknown label key, two runs
-of one label and seed, baselines without results).
+and comparison.png into `--out`: a folder holding an earlier comparison is refused unless
+`--overwrite`, one that is a file, cannot be written or holds another kind of output (a training
+run...) always, before any run is read. Exit status: 0 done; 2 bad input (a folder without
+metrics.csv or config.yaml, a file that is not a CSV, a run with no logged update, an unknown
+label key, two runs of one label and seed, baselines without results, an `--out` it may not
+write).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from glam.cli import exit_on
 from glam.compare import (
     DEFAULT_FIGURES,
     DEFAULT_LABEL_KEY,
@@ -41,6 +45,7 @@ from glam.compare import (
     load_run,
     write_comparison,
 )
+from glam.outputs import COMPARISON, OutputDirError, check_output_dir
 
 
 def main(argv: list[str]) -> int:
@@ -49,6 +54,9 @@ def main(argv: list[str]) -> int:
         "run_dirs", nargs="+", type=Path, help="run folders (config.yaml, metrics.csv)"
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for the comparison files")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier comparison in --out"
+    )
     parser.add_argument(
         "--label-by",
         nargs="+",
@@ -85,7 +93,10 @@ def main(argv: list[str]) -> int:
         parser.error("--smooth must be >= 1 and --grid-points >= 2")
     if not all(0 <= t <= 1 for t in args.thresholds):
         parser.error(f"--thresholds are success rates in [0, 1], got {args.thresholds}")
-    try:
+    with exit_on(ComparisonError, OutputDirError):
+        check_output_dir(
+            args.out, COMPARISON, key="--out", overwrite=args.overwrite, overwrite_key="--overwrite"
+        )
         runs = [load_run(run_dir, args.label_by) for run_dir in args.run_dirs]
         baselines = baseline_rows(args.baselines, args.suite)
         paths = write_comparison(
@@ -99,9 +110,6 @@ def main(argv: list[str]) -> int:
             suite=args.suite,
             figures=args.figures,
         )
-    except ComparisonError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     print(paths["md"].read_text())
     for kind, path in paths.items():
         print(f"wrote {kind:3s} {path}")

@@ -31,6 +31,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from glam.cli import exit_on
+from glam.outputs import check_output_file
 from glam.scaling import (
     GIB,
     HARDWARE_PRESETS,
@@ -160,6 +162,11 @@ def build(args: argparse.Namespace) -> tuple[ModelShape, WorkloadConfig, Hardwar
             f"--devices {args.devices} must be >= 1 and divide --envs ({args.envs}) and "
             f"--minibatch-size ({args.minibatch_size}), as the trainer requires"
         )
+    if workload.frames_per_update % workload.minibatch_size:
+        raise ValueError(
+            f"--minibatch-size {workload.minibatch_size} must divide the transitions per update, "
+            f"--envs x --frames-per-env = {workload.frames_per_update}, as the trainer requires"
+        )
     preset = HARDWARE_PRESETS[args.hardware]
     peak_tflops = dict(preset.peak_tflops)
     compute = PRECISIONS[args.precision][0]
@@ -191,9 +198,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     if args.calibrate_seconds_per_update is not None or args.calibrate_hours is not None:
         measured = WorkloadConfig(**{**asdict(workload), "envs": args.calibrate_envs or args.envs})
         measured_flops = step_flops(shape, measured)
-        seconds = args.calibrate_seconds_per_update or seconds_per_update_from_hours(
-            args.calibrate_hours, frames, measured.frames_per_update
-        )
+        if args.calibrate_seconds_per_update is not None:
+            seconds = args.calibrate_seconds_per_update
+            if not seconds > 0:
+                raise ValueError(f"--calibrate-seconds-per-update must be > 0, got {seconds:g}")
+        else:
+            if not args.calibrate_hours > 0:
+                raise ValueError(f"--calibrate-hours must be > 0, got {args.calibrate_hours:g}")
+            seconds = seconds_per_update_from_hours(
+                args.calibrate_hours, frames, measured.frames_per_update
+            )
         measuring_peak = args.calibrate_peak_tflops * 1e12 if args.calibrate_peak_tflops else peak
         calibration = calibrate(measured_flops, seconds, measuring_peak, args.calibrate_devices)
         mfus = [calibration.mfu]
@@ -395,11 +409,10 @@ def format_table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
+    with exit_on(ValueError):  # OutputDirError is one
+        if args.out is not None:
+            check_output_file(args.out, key="--out")
         result = run(args)
-    except ValueError as error:
-        print(f"estimate_throughput.py: error: {error}", file=sys.stderr)
-        return 2
     print(format_table(result))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ cross-entropy (Adam, no reward, no PPO) and scored after each epoch by the share
 where its most probable action is the bot's, also split by whether the mission's object is in
 view. Also reports how often a bot knowing only the current view advises the same as the
 teaching bot (glam/eval/bot_imitation.py). Writes imitation.csv (one row per epoch),
-imitation.json and imitation.md into `--out`. Exit status: 0 done; 2 bad input (an unknown level
-or action space, a count below 1, a `--follow` outside [0, 1]).
+imitation.json and imitation.md into `--out` (earlier ones are replaced only with `--overwrite`;
+the folder is checked before any work). Exit status: 0 done; 2 bad input (an unknown level or
+action space, a count below 1, a `--follow` outside [0, 1], an `--out` it may not write).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from tqdm import tqdm
 
 import babyai_text
 from glam.baselines.symbolic import SymbolicActorCritic
+from glam.cli import report
 from glam.config import SymbolicConfig
 from glam.eval.bot_imitation import advice_states, imitate, share
 from glam.eval.config import SEED_BASE
+from glam.outputs import IMITATION, OutputDirError, check_output_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,21 +58,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="training episodes and weights")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, help="folder for imitation.csv, .json and .md")
+    parser.add_argument("--overwrite", action="store_true", help="replace results in --out")
     args = parser.parse_args(argv)
     counts = (args.states, args.test_states, args.epochs, args.image_dim, args.batch_size)
     if min(counts) < 1 or not 0.0 <= args.follow <= 1.0 or args.seed < 0:
-        print(
-            "error: --states, --test-states, --epochs, --image-dim and --batch-size must be >= 1, "
-            "--follow in [0, 1], --seed >= 0",
-            file=sys.stderr,
+        return report(
+            "--states, --test-states, --epochs, --image-dim and --batch-size must be >= 1, "
+            "--follow in [0, 1], --seed >= 0"
         )
-        return 2
+    if args.out is not None:
+        try:
+            check_output_dir(
+                args.out,
+                IMITATION,
+                key="--out",
+                overwrite=args.overwrite,
+                overwrite_key="--overwrite",
+            )
+        except OutputDirError as error:
+            return report(error)
     make_env = partial(babyai_text.make, args.level, action_space=args.action_space)
     try:
         words = list(make_env().action_words)
     except ValueError as error:  # an unknown level or action space, named by the message
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report(error)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     start = time.time()

@@ -11,8 +11,10 @@ The messages are (mission, event) pairs met in seeded episodes of the bot with r
 mixed in (glam/oni/agreement.py), drawn at random among the distinct ones; the judge answers
 glam.oni.annotator.JUDGE_PROMPT exactly as ONI's annotator does in training. Writes
 agreement.json (the measures), messages.jsonl (every message, the oracle's label, the judge's
-label and margin) and agreement.md into `--out`, and prints the tables. Exit status: 0 done;
-2 bad input (an unknown level, a model or server that cannot be reached, no message).
+label and margin) and agreement.md into `--out`, and prints the tables. An `--out` holding
+earlier results is refused unless `--overwrite`, one that is a file, cannot be written or holds
+another kind of output always, before any work. Exit status: 0 done; 2 bad input (an unknown
+level, a model or server that cannot be reached, no message, an `--out` it may not write).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from glam.cli import report
 from glam.config import OniConfig
 from glam.llm.chat import ChatClientError
 from glam.oni.agreement import DEFAULT_LEVELS, agreement, collect_messages, draw, event_kind
 from glam.oni.annotator import JudgeLabeller, build_labeller
 from glam.oni.oracle import oracle_label
+from glam.outputs import AGREEMENT, OutputDirError, check_output_dir
 
 
 def _tables(result: dict, rows: list[dict]) -> str:
@@ -74,21 +78,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0, help="episode seeds and the draw")
     parser.add_argument("--out", type=Path, default=Path("runs/oni_agreement"))
+    parser.add_argument("--overwrite", action="store_true", help="replace results in --out")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.episodes_per_level < 1:
-        print("error: --messages and --episodes-per-level must be at least 1", file=sys.stderr)
-        return 2
+        return report("--messages and --episodes-per-level must be at least 1")
+    try:
+        check_output_dir(
+            args.out, AGREEMENT, key="--out", overwrite=args.overwrite, overwrite_key="--overwrite"
+        )
+    except OutputDirError as error:
+        return report(error)
     try:
         pool = collect_messages(
             args.levels, episodes_per_level=args.episodes_per_level, seed=args.seed
         )
     except ValueError as error:  # an unknown level names the known ones
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report(error)
     messages = draw(pool, args.messages, seed=args.seed)
     if not messages:
-        print("error: the episodes produced no event message", file=sys.stderr)
-        return 2
+        return report("the episodes produced no event message")
     print(
         f"[oni] {len(pool)} distinct messages met in {args.episodes_per_level} episodes of each "
         f"of {len(args.levels)} levels; judging {len(messages)}"
@@ -104,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         judge = build_labeller(cfg)
     except (OSError, ValueError, ChatClientError) as error:
-        print(f"error: cannot load the judge: {error}", file=sys.stderr)
-        return 2
+        return report(f"cannot load the judge: {error}")
     assert isinstance(judge, JudgeLabeller)
     start = time.perf_counter()
     margins = []

@@ -7,7 +7,9 @@
 Points are per update (episodes that ended during its rollout); the thick line is a moving
 average over `--smooth` updates, weighted by the number of episodes, so updates in which few
 episodes ended count little. A run with no logged update yet (no metrics.csv, or one with a
-header only or nothing) is an error: exit status 2, no PNG.
+header only or nothing), a metrics.csv that is not one (binary, no frames column, a value that
+is not a number) and an `--out` that cannot be written are errors: `error: ...`, exit status 2,
+no PNG. An existing PNG at `--out` is replaced (a plot is redrawn from the runs at will).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from glam.cli import exit_on  # noqa: E402
+from glam.outputs import check_output_file  # noqa: E402
+
 PANELS = (
     ("charts/success_rate", "success rate", True),
     ("charts/episode_return", "episode return (BabyAI reward)", True),
@@ -37,12 +42,30 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 
     Read here rather than through `glam.ppo.logger.read_metrics` so that plotting never imports
     torch and transformers (seconds saved, and it works in a plotting-only environment).
+
+    Raises:
+        ValueError: the file is missing, empty (no logged update), not text, without a `frames`
+            column, or holds a value that is not a number; the message names it.
     """
-    with (run_dir / "metrics.csv").open(newline="") as file:
-        return [
-            {key: float(value) if value != "" else math.nan for key, value in row.items()}
-            for row in csv.DictReader(file)
-        ]
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no metrics.csv: the run has no logged update yet")
+    try:
+        with path.open(newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            rows = [
+                {key: float(value) if value != "" else math.nan for key, value in row.items()}
+                for row in reader
+            ]
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError, TypeError) as error:
+        # TypeError: a row longer than the header (its extra values come as a list).
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} is not a metrics.csv of a training run ({first})") from None
+    if not rows:  # a run killed before its first update leaves a header or nothing
+        raise ValueError(f"{path} is empty: the run has no logged update yet")
+    if "frames" not in rows[0]:
+        raise ValueError(f"{path} has no frames column: not a metrics.csv of a training run")
+    return rows
 
 
 def moving_average(values: list[float], weights: list[float], window: int) -> list[float]:
@@ -98,14 +121,10 @@ def main(argv: list[str]) -> int:
     labels = args.labels or [run_dir.name for run_dir in args.run_dirs]
     if len(labels) != len(args.run_dirs):
         parser.error("give one --labels entry per run folder")
-    runs = []
-    for run_dir in args.run_dirs:
-        if not (run_dir / "metrics.csv").is_file():
-            parser.error(f"{run_dir} has no metrics.csv: the run has no logged update yet")
-        runs.append(read_metrics(run_dir))
-        if not runs[-1]:  # a run killed before its first update leaves a header or nothing
-            parser.error(f"{run_dir}/metrics.csv is empty: the run has no logged update yet")
     out = args.out or args.run_dirs[0] / "learning_curve.png"
+    with exit_on(ValueError):  # OutputDirError is one
+        check_output_file(out, key="--out")
+        runs = [read_metrics(run_dir) for run_dir in args.run_dirs]
     plot(runs, labels, out, max(args.smooth, 1))
     print(f"wrote {out}")
     return 0

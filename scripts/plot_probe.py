@@ -22,6 +22,9 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from glam.cli import report  # noqa: E402
+from glam.outputs import check_output_file  # noqa: E402
+
 PROBE_CSV = "probe.csv"
 """`glam.probe.PROBE_CSV`, restated so that plotting never imports torch."""
 
@@ -74,20 +77,20 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     path = args.run_dir / PROBE_CSV
     if not path.is_file():
-        print(
-            f"error: {args.run_dir} has no {PROBE_CSV}: train with train.probe_every=N "
-            "(an LLM policy) to probe every N updates",
-            file=sys.stderr,
+        return report(
+            f"{args.run_dir} has no {PROBE_CSV}: train with train.probe_every=N "
+            "(an LLM policy) to probe every N updates"
         )
-        return 2
+    out = args.out or args.run_dir / "probe.png"
     try:
+        check_output_file(out, key="--out")
         probe = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         probe = pd.DataFrame()
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # OutputDirError is a ValueError
+        return report(error)
     if probe.empty:
-        print(f"error: {path} is empty: no update has been probed yet", file=sys.stderr)
-        return 2
-    out = args.out or args.run_dir / "probe.png"
+        return report(f"{path} is empty: no update has been probed yet")
     plot(probe, f"{args.run_dir.name}: action-probability probe", out)
     print(f"wrote {out}")
     return 0

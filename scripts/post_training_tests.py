@@ -26,16 +26,16 @@ plus the agent and eval settings), results.csv, results.md, results.png and epis
 suite's level, the suite has no word for one of them, the level never teaches what the suite
 composes, the agent reads the grid and the suite changes only words) plays nothing: its row says
 "not applicable" and why, and no chart or mean counts it. A folder that already holds results is
-refused unless `eval.overwrite=true`. Options: configs/eval/post_training_tests.yaml and
-glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
+refused unless `eval.overwrite=true`; one that is a file, cannot be written or holds another
+kind of output (a training run, a dataset) is refused always, before anything loads. Options:
+configs/eval/post_training_tests.yaml and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
 value), 2 the evaluation cannot start (missing or damaged checkpoint, unknown suite or level,
-`eval.output_dir` holding results, a model endpoint that cannot be reached).
+an `eval.output_dir` it may not write, a model endpoint that cannot be reached).
 """
 
 from __future__ import annotations
 
-import sys
-
+from glam.cli import exit_on
 from glam.config import config_main, register_configs
 from glam.eval.config import PostTrainingTestsConfig
 
@@ -48,17 +48,9 @@ def run(config: PostTrainingTestsConfig) -> None:
     from glam.llm.chat import ChatClientError
     from glam.models.loading import ModelNotFoundError
 
-    try:
+    # ValueError: an unknown suite or level, an output folder it may not write (OutputDirError).
+    with exit_on(ValueError, FileNotFoundError, ModelNotFoundError, ChatClientError):
         results, paths = evaluate(config)
-    except (
-        ValueError,
-        FileNotFoundError,
-        FileExistsError,
-        ModelNotFoundError,
-        ChatClientError,
-    ) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
     table, _, per_task = paths["md"].read_text().partition("## Per task type")
     # The per-task table of every suite is long: on screen only when there is one suite.
     print(table + (f"## Per task type{per_task}" if len(results["suites"]) == 1 else ""))

@@ -24,6 +24,7 @@ import logging
 import signal
 import sys
 
+from glam.cli import fail
 from glam.config import config_main, register_configs
 from glam.llm.config import ServeConfig
 
@@ -45,8 +46,7 @@ def main(config: ServeConfig) -> None:
     try:
         model, tokenizer = load_model(config.model, dtype=config.dtype)
     except ModelNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        fail(error)
     model.to(resolve_device(config.device))
     client = LocalChatClient(
         model, tokenizer, model_id=config.model_id or config.model, batch_size=1
@@ -56,8 +56,7 @@ def main(config: ServeConfig) -> None:
             client, host=config.host, port=config.port, max_tokens=config.max_tokens
         )
     except OSError as error:
-        print(f"error: cannot listen on {config.host}:{config.port}: {error}", file=sys.stderr)
-        sys.exit(2)
+        fail(f"cannot listen on {config.host}:{config.port}: {error}")
     # SIGTERM (a job scheduler, `kill`) stops the server as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"serving {client.model_id} at {server.url}", flush=True)

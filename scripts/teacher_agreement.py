@@ -10,8 +10,10 @@
 The situations are states of the bot's own seeded episodes (glam/eval/teacher_agreement.py says how
 they are drawn and what each measure means). Writes agreement.json (the measures per teacher),
 situations.jsonl (every situation with each teacher's choice) and agreement.md into `--out`, and
-prints the table. Exit status: 0 done; 2 bad input (an unknown level, a model that cannot be
-loaded, fewer than one situation).
+prints the table. An `--out` holding earlier results is refused unless `--overwrite`, one that
+is a file, cannot be written or holds another kind of output always, before any work. Exit
+status: 0 done; 2 bad input (an unknown level, a model that cannot be loaded, fewer than one
+situation, an `--out` it may not write).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pathlib import Path
 import gymnasium as gym
 from tqdm import tqdm
 
+from glam.cli import report
 from glam.eval.teacher_agreement import MINIGRID_ACTIONS, measure_agreement, situations
+from glam.outputs import AGREEMENT, OutputDirError, check_output_dir
 from glam.teach.teacher import SubgoalTeacher
 
 
@@ -56,15 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first episode seed, and the draw")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=Path("runs/teacher_agreement"))
+    parser.add_argument("--overwrite", action="store_true", help="replace results in --out")
     args = parser.parse_args(argv)
     if args.situations < 1:
-        print(f"error: --situations must be >= 1, got {args.situations}", file=sys.stderr)
-        return 2
+        return report(f"--situations must be >= 1, got {args.situations}")
+    try:
+        check_output_dir(
+            args.out, AGREEMENT, key="--out", overwrite=args.overwrite, overwrite_key="--overwrite"
+        )
+    except OutputDirError as error:
+        return report(error)
     try:
         gym.spec(args.level)
     except gym.error.Error as error:
-        print(f"error: unknown level {args.level!r}: {error}", file=sys.stderr)
-        return 2
+        return report(f"unknown level {args.level!r}: {error}")
 
     from glam.models.loading import ModelNotFoundError
     from glam.teach.scorers import LocalScorer
@@ -72,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scorer = LocalScorer.load(args.model)
     except (ModelNotFoundError, OSError, ValueError) as error:
-        print(f"error: cannot load the teacher's model {args.model!r}: {error}", file=sys.stderr)
-        return 2
+        return report(f"cannot load the teacher's model {args.model!r}: {error}")
     cases = list(
         tqdm(
             situations(args.level, args.situations, args.seed),

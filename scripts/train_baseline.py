@@ -31,8 +31,7 @@ Ctrl-C.
 
 from __future__ import annotations
 
-import sys
-
+from glam.cli import report
 from glam.config import TrainingRunConfig, config_main, register_configs
 
 register_configs()
@@ -50,12 +49,10 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
     """Train the baseline `cfg` names in this process (one of `accelerate launch`'s); return
     the exit status."""
     if cfg.policy.kind == "llm":
-        print(
-            "error: policy.kind=llm trains a language model: use scripts/train_language_agent.py "
-            "(this script trains policy.kind=drrn or symbolic)",
-            file=sys.stderr,
+        return report(
+            "policy.kind=llm trains a language model: use scripts/train_language_agent.py "
+            "(this script trains policy.kind=drrn or symbolic)"
         )
-        return 2
     from functools import partial
 
     from glam.ppo.entry import run_training

@@ -3,6 +3,9 @@
     # one CPU process (default preset: the embedded SmolLM2-135M + LoRA; `tiny`: a few seconds)
     python scripts/train_language_agent.py train.output_dir=runs/smollm2
     python scripts/train_language_agent.py --config-name tiny train.output_dir=runs/tiny
+    # the model writes its action (policy.kind=generate): turn-level PPO, GRPO, GiGPO
+    python scripts/train_language_agent.py --config-name written_smollm2 train.output_dir=runs/w
+    python scripts/train_language_agent.py --config-name written_smollm2_grpo train.output_dir=runs/g
     # one GPU
     accelerate launch --num_processes 1 scripts/train_language_agent.py \
         --config-name glam_paper env.num_envs=8 train.output_dir=runs/paper_1gpu

@@ -1,9 +1,71 @@
-"""Shared test set-up: no test may reach a model hub (none is reachable on CI machines)."""
+"""Shared test set-up: no test may reach a model hub (none is reachable on CI machines), and no
+test lands on a GPU by accident.
+
+`GLAM_TEST_DEVICE` picks where the suite runs:
+
+- `cpu` (the default, on a machine with GPUs too): the GPUs are hidden from this process and
+  from every process a test starts (`CUDA_VISIBLE_DEVICES=""`; DeepSpeed gets its CPU
+  accelerator). Otherwise the subprocess tests would train on whatever GPU they find, and the
+  2-process launches of tests/test_distributed.py would put their ranks on cuda:0 and cuda:1.
+  Tests marked `gpu` are skipped, saying how to run them.
+- `cuda`: the GPU subset only (tests marked `gpu`, with the GPUs visible: tests/test_on_gpu.py);
+  every other test is skipped, so none of them runs on a GPU by accident. Without a CUDA GPU
+  that torch can use, the subset is skipped too, saying why. scripts/gpu_check.sh runs it.
+
+    GLAM_TEST_DEVICE=cuda python -m pytest tests -q
+"""
 
 from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TEST_DEVICES = ("cpu", "cuda")
+TEST_DEVICE = os.environ.get("GLAM_TEST_DEVICE", "cpu").strip().lower() or "cpu"
+if TEST_DEVICE == "cpu":
+    # Before anything initialises CUDA; inherited by every subprocess a test starts.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if TEST_DEVICE not in TEST_DEVICES:
+        raise pytest.UsageError(
+            f"GLAM_TEST_DEVICE={TEST_DEVICE!r}: use one of {', '.join(TEST_DEVICES)} "
+            "(cpu, the default: the whole suite on the CPU; cuda: the GPU subset)"
+        )
+
+
+def _no_cuda_reason() -> str | None:
+    """Why the GPU subset cannot run here (None: it can)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (
+        f"GLAM_TEST_DEVICE=cuda, but torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
+        "no usable CUDA GPU"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if TEST_DEVICE == "cpu":
+        skip_gpu = pytest.mark.skip(reason="a GPU test: run it with GLAM_TEST_DEVICE=cuda")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
+        return
+    skip_cpu = pytest.mark.skip(
+        reason="GLAM_TEST_DEVICE=cuda runs the GPU subset only (the rest: GLAM_TEST_DEVICE=cpu)"
+    )
+    no_cuda = _no_cuda_reason()
+    for item in items:
+        if "gpu" not in item.keywords:
+            item.add_marker(skip_cpu)
+        elif no_cuda is not None:
+            item.add_marker(pytest.mark.skip(reason=no_cuda))

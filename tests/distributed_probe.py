@@ -10,6 +10,8 @@ records a checksum of every process's trainable weights as they are before `acce
 (so before any broadcast), runs `ppo_update` on a fixed global batch of 32 transitions split
 between the processes (rank r holds rows r*32/N.. with advantages of another scale on each rank,
 so only a global normalisation gives the one-process result), then writes a real checkpoint.
+`update` also loads the model as `load_model` does under the launcher (partitioned at load under
+ZeRO-3) and NPAE's random model with its pretrained embeddings (`load_checks`).
 `resume` builds the same training with `train.resume=true` and records the restored Adam moments.
 The main process writes what it saw to OUT.json. Each run asserts its own world size.
 """
@@ -71,6 +73,22 @@ def adam_moments(optimizer: torch.optim.Optimizer) -> torch.Tensor:
     return sums
 
 
+def load_checks() -> tuple[bool, bool]:
+    """Whether `load_model` hands back every weight partitioned (under ZeRO-3: no process holds
+    the whole model, the point of ZeRO-3 at 7B), and whether NPAE's model (`pretrained=False`:
+    random weights, the pretrained input embeddings) has those embeddings (collective)."""
+    from glam.models.loading import _gathered, load_model
+
+    pretrained, _ = load_model("tiny-random-llama")
+    random_init, _ = load_model("tiny-random-llama", pretrained=False)
+    partitioned = all(hasattr(p, "ds_id") and p.numel() == 0 for p in pretrained.parameters())
+    kept = pretrained.get_input_embeddings().weight
+    drawn = random_init.get_input_embeddings().weight
+    with _gathered(kept), _gathered(drawn):
+        same = kept.numel() > 0 and torch.equal(kept, drawn)
+    return partitioned, same
+
+
 def main(mode: str, run_dir: Path, out: Path, expected_world: int) -> None:
     accelerator = build_accelerator()
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -112,6 +130,7 @@ def main(mode: str, run_dir: Path, out: Path, expected_world: int) -> None:
         )
         training.state.update = 1
         report["checkpoint"] = str(training.save())
+        report["base_partitioned_at_load"], report["random_model_keeps_embeddings"] = load_checks()
     moments = adam_moments(training.optimizer).to(accelerator.device)
     moments = accelerator.reduce(moments, "sum" if moments_are_sharded else "mean")
     report["adam_moments"] = moments.tolist()

@@ -130,8 +130,10 @@ def tiny_causal_lm(
     seed: int = 0,
     attn_implementation: str = "sdpa",
     tokenizer: PreTrainedTokenizerFast | None = None,
+    num_layers: int = 2,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """A 2-layer random causal LM (`llama`, with grouped-query attention, or `gpt2`) + tokenizer.
+    """A random causal LM (`llama`, with grouped-query attention, or `gpt2`; 2 layers unless
+    `num_layers` says otherwise) + tokenizer.
 
     The Llama variant's tokenizer prepends a BOS token, the GPT-2 one does not, as the real ones.
     The model is in eval mode (no dropout) and fp32.
@@ -142,7 +144,7 @@ def tiny_causal_lm(
             vocab_size=len(tokenizer),
             hidden_size=32,
             intermediate_size=64,
-            num_hidden_layers=2,
+            num_hidden_layers=num_layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=1024,
@@ -159,7 +161,7 @@ def tiny_causal_lm(
         config = GPT2Config(
             vocab_size=len(tokenizer),
             n_embd=32,
-            n_layer=2,
+            n_layer=num_layers,
             n_head=4,
             n_positions=1024,
             initializer_range=0.5,
@@ -180,8 +182,10 @@ def tiny_seq2seq_lm(
     seed: int = 0,
     attn_implementation: str = "sdpa",
     tokenizer: PreTrainedTokenizerFast | None = None,
+    num_layers: int = 2,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """A 2+2-layer random T5 (relative position bias, untied head like Flan-T5) + tokenizer.
+    """A random T5 (relative position bias, untied head like Flan-T5; 2 encoder and 2 decoder
+    layers unless `num_layers` says otherwise) + tokenizer.
 
     The tokenizer appends `</s>` to every text, as T5's does; the decoder starts from `<pad>`.
     `arch="bart"` gives a BART instead: learned absolute positions in the decoder (the case the
@@ -192,8 +196,8 @@ def tiny_seq2seq_lm(
         bart = BartConfig(
             vocab_size=len(tokenizer),
             d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
+            encoder_layers=num_layers,
+            decoder_layers=num_layers,
             encoder_attention_heads=4,
             decoder_attention_heads=4,
             encoder_ffn_dim=64,
@@ -215,8 +219,8 @@ def tiny_seq2seq_lm(
         d_model=32,
         d_ff=64,
         d_kv=8,
-        num_layers=2,
-        num_decoder_layers=2,
+        num_layers=num_layers,
+        num_decoder_layers=num_layers,
         num_heads=4,
         relative_attention_num_buckets=8,
         feed_forward_proj="gated-gelu",

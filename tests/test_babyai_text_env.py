@@ -123,6 +123,28 @@ def test_unknown_level_id_lists_known_ids() -> None:
         assert all(level_id in message for level_id in babyai_text.LEVELS)
 
 
+@pytest.mark.parametrize(
+    ("level_id", "kwargs", "message"),
+    [
+        ("BabyAI-GoToLocal-v0", {"max_steps": -3}, "max_steps must be an integer >= 1, got -3"),
+        ("BabyAI-MixedTrainLocal-v0", {"max_steps": 0}, "max_steps must be an integer >= 1"),
+        ("BabyAI-GoToLocal-v0", {"max_steps": 2.5}, "max_steps must be an integer >= 1"),
+        ("BabyAI-GoToLocal-v0", {"max_steps": True}, "max_steps must be an integer >= 1"),
+        ("BabyAI-GoToLocal-v0", {"distractors": 0}, "distractors is for the GLAM levels"),
+        ("BabyAI-MixedTrainLocal-v0", {"distractors": "a"}, "distractors must be an integer"),
+        ("BabyAI-GoToLocal-v0", {"colour": "red"}, "does not take the argument(s) 'colour'"),
+    ],
+)
+def test_make_refuses_arguments_out_of_range_naming_them(
+    level_id: str, kwargs: dict, message: str
+) -> None:
+    """`max_steps=-3` was accepted: every episode ended after one step and a success paid 1.3,
+    above BabyAI's 1; `max_steps=0` divided by zero on a success."""
+    with pytest.raises(ValueError) as refused:
+        babyai_text.make(level_id, **kwargs)
+    assert message in str(refused.value)
+
+
 def test_french_level_defaults_to_french_words() -> None:
     env = babyai_text.make("BabyAI-GoToLocalFrench-v0")
     obs, info = env.reset(seed=0)

@@ -40,6 +40,7 @@ from glam.llm.chat import ChatClient, ChatClientError, Completion
 from glam.llm.config import ClientConfig
 from glam.llm.local import LocalChatClient
 from glam.llm.remote import OpenAIChatClient
+from glam.llm.server import ChatServer, RequestError
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL = "BabyAI-MixedTrainLocal-v0"
@@ -104,7 +105,7 @@ def test_distractors_leave_only_what_the_task_needs() -> None:
         assert objects == needs.get(task, 2), task  # the sequences need two objects
     assert {(t, n - 2) for t, n in counts[2]} == {(t, n) for t, n in counts[0]}
     assert {n for _, n in counts[None]} == {8}  # the level's own: 8 objects whatever the task
-    with pytest.raises(ValueError, match="distractors must be >= 0"):
+    with pytest.raises(ValueError, match="distractors must be an integer >= 0"):
         babyai_text.make(LEVEL, distractors=-1).reset(seed=0)
     cfg = PostTrainingTestsConfig(
         agent=AgentConfig(kind="random"),
@@ -386,6 +387,88 @@ def test_busy_server_is_retried_with_back_off_then_answers() -> None:
         server.server_close()
 
 
+class _OddServer(BaseHTTPRequestHandler):
+    """An endpoint whose completions are odd: `answer` is the body sent, `drip` the seconds
+    between its bytes (0: at once)."""
+
+    protocol_version = "HTTP/1.1"
+    answer: dict = {}
+    drip = 0.0
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._send({"object": "list", "data": [{"id": "odd-model"}]}, 0.0)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._send(type(self).answer, type(self).drip)
+
+    def _send(self, body: dict, drip: float) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for at in range(0, len(data), 1 if drip else len(data)):
+                self.wfile.write(data[at : at + (1 if drip else len(data))])
+                self.wfile.flush()
+                time.sleep(drip)
+        except OSError:  # the client gave up and closed the connection
+            self.close_connection = True
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def odd_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OddServer)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _ask(url: str, **cfg: object) -> str:
+    settings = {"backend": "openai", "base_url": url, "max_retries": 0, **cfg}
+    with OpenAIChatClient(ClientConfig(**settings)) as client:
+        return client.complete([[{"role": "user", "content": "hi"}]])[0].text
+
+
+def test_an_answer_dripped_a_byte_at_a_time_meets_the_deadline_of_the_whole_try(
+    odd_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timeout bounded each read, not the try: an answer dripped a byte at a time took ~33 s
+    per request under a 2 s timeout."""
+    message = {"role": "assistant", "content": "turn left " * 8}
+    monkeypatch.setattr(_OddServer, "answer", {"choices": [{"message": message}]})
+    monkeypatch.setattr(_OddServer, "drip", 0.02)  # about 2 s for the whole answer
+    start = time.monotonic()
+    with pytest.raises(ChatClientError, match="no complete answer within 0.4 s"):
+        _ask(odd_server, timeout=0.4)
+    assert time.monotonic() - start < 1.2
+
+
+@pytest.mark.parametrize(
+    ("choice", "usage", "problem"),
+    [
+        ({"content": [{"type": "text", "text": "hi"}]}, {}, "a message content that is not text"),
+        ({"content": {"text": "hi"}}, {}, "a message content that is not text"),
+        ({"content": "hi"}, {"prompt_tokens": "many"}, "token counts that are not counts"),
+        ({"content": "hi"}, [3, 4], "a usage that is not an object"),
+    ],
+    ids=["content_parts", "content_object", "text_usage", "usage_list"],
+)
+def test_a_malformed_answer_is_a_client_error(
+    odd_server: str, monkeypatch: pytest.MonkeyPatch, choice: dict, usage: object, problem: str
+) -> None:
+    """Non-text content came back as the answer (a list where text was expected) and a
+    non-numeric usage was a raw ValueError."""
+    answer = {"choices": [{"message": {"role": "assistant", **choice}}], "usage": usage}
+    monkeypatch.setattr(_OddServer, "answer", answer)
+    with pytest.raises(ChatClientError, match=problem):
+        _ask(odd_server, timeout=5)
+
+
 def test_unreachable_endpoint_is_a_clear_error_and_exit_2(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
     cfg = ClientConfig(backend="openai", base_url=url, max_retries=1, delay=0.01)
@@ -521,3 +604,32 @@ def test_server_refuses_what_it_cannot_answer(served: str) -> None:
         refused = requests.post(chat, json=body, timeout=30)
         assert refused.status_code == status and text in refused.json()["error"]["message"]
     assert requests.get(f"{served}/nope", timeout=30).status_code == 404
+
+
+class _NoModel:
+    """A served model that must never be asked: the requests below are refused before."""
+
+    model_id = "no-model"
+
+    def generate(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("generated for a request that should have been refused")
+
+
+def test_server_answers_400_to_a_seed_torch_cannot_take_and_to_a_negative_length() -> None:
+    """A seed over 64 bits was answered 500 (torch's overflow inside generation), and a
+    negative Content-Length hung until the handler's 120 s timeout."""
+    with ChatServer(_NoModel(), port=0) as server:
+        server.start()
+        hi = [{"role": "user", "content": "hi"}]
+        for seed in (2**64, -(2**63) - 1, 2**70):
+            with pytest.raises(RequestError, match=r"seed must be an integer in \[-2\*\*63, "):
+                server.chat_completion({"messages": hi, "seed": seed})
+        host, port = server.httpd.server_address[:2]
+        with socket.create_connection((host, port), timeout=5) as connection:
+            connection.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"
+            )
+            reply = b""
+            while chunk := connection.recv(65536):  # the server closes after an error
+                reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400") and b"Content-Length is negative (-5)" in reply

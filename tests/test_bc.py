@@ -14,6 +14,7 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers_tiny import save_tiny_model, tiny_causal_lm, tiny_seq2seq_lm
+from peft import LoraConfig, get_peft_model
 
 from babyai_text.actions import get_action_space
 from glam.bc.bot import collect_bot_demos
@@ -36,7 +37,7 @@ from glam.bc.sft import (
 from glam.config import CONFIG_DIR, AdapterConfig, ConfigError, ModelConfig, compose_config
 from glam.demos import DemoDatasetError, load_demos, write_demos
 from glam.models.loading import load_model
-from glam.policy.bc_policy import load_bc_policy, read_bc_policy_info
+from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 from glam.scoring import score_actions, tokenize_candidates
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,3 +306,53 @@ def test_a_folder_holding_a_policy_is_refused_before_anything_loads(tmp_path: Pa
     run.bc.overwrite = True
     with pytest.raises(DemoDatasetError):  # past the folder check, on to the (missing) dataset
         train_bc(run)
+
+
+def test_overwrite_never_replaces_a_training_run_s_files(tmp_path: Path) -> None:
+    """`bc.overwrite=true` into a run folder once replaced the run's config.yaml."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("ppo: {lr: 0.001}\n")
+    (run_dir / "metrics.csv").write_text("update,frames\n1,8\n")
+    bc = BCConfig(dataset=str(tmp_path / "no-demos"), output_dir=str(run_dir), overwrite=True)
+    with pytest.raises(ValueError, match=r"holds a training run \(checkpoints, metrics.csv\)"):
+        train_bc(BCRunConfig(bc=bc))
+    assert (run_dir / "config.yaml").read_text() == "ppo: {lr: 0.001}\n"
+
+
+def test_an_output_path_that_is_a_file_stops_bc_before_the_dataset_or_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("worked before checking bc.output_dir")
+
+    monkeypatch.setattr("glam.bc.sft.load_demos", no_work)
+    monkeypatch.setattr("glam.bc.sft.load_model", no_work)
+    file = tmp_path / "bc"
+    file.write_text("not a folder")
+    bc = BCConfig(dataset=str(tmp_path / "demos"), output_dir=str(file), overwrite=True)
+    with pytest.raises(ValueError, match=r"bc.output_dir='.*bc' is a file, not a folder"):
+        train_bc(BCRunConfig(bc=bc))
+
+
+def test_code_a_bc_folder_names_never_runs_without_trust_remote_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BC folder's tokenizer_config.json that auto_maps a .py file made transformers ask
+    "run custom code? [y/N]", and a "y" ran it: the load now says no by itself."""
+    base = save_tiny_model(tmp_path / "base")
+    model, tokenizer = load_model(str(base))
+    folder = tmp_path / "bc"
+    lora = LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM")
+    get_peft_model(model, lora).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    BCPolicyInfo(base_model=str(base), adapter=True).save(folder)
+    ran = tmp_path / "ran"
+    (folder / "evil.py").write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config |= {"tokenizer_class": "EvilTokenizer", "auto_map": {"AutoTokenizer": ["evil.X", None]}}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    monkeypatch.setattr("builtins.input", lambda *args: "y")  # a user answering the prompt
+    with pytest.raises(ValueError, match="custom code"):
+        load_bc_policy(folder)
+    assert not ran.exists()

@@ -293,24 +293,25 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_submit_writes_scripts_prints_ids_and_chains_evaluations(
     fake_sbatch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    a, b = "BabyAI-GoToLocal-v0", "BabyAI-PickupLoc-v0"
     path = write_yaml(
         tmp_path / "c.yaml",
-        {**MINIMAL, "seeds": [1, 2], "evaluation": {"levels": ["A", "B"], "episodes": 10}},
+        {**MINIMAL, "seeds": [1, 2], "evaluation": {"levels": [a, b], "episodes": 10}},
     )
     assert glam_campaign.launch(path, output_root=tmp_path / "runs") == 0
     out = capsys.readouterr().out
     assert re.findall(r"^submitted (.*): job (\d+)$", out, flags=re.MULTILINE) == [
         ("seed-1 train", "101"),
-        ("seed-1 eval A", "102"),
-        ("seed-1 eval B", "103"),
+        (f"seed-1 eval {a}", "102"),
+        (f"seed-1 eval {b}", "103"),
         ("seed-2 train", "104"),
-        ("seed-2 eval A", "105"),
-        ("seed-2 eval B", "106"),
+        (f"seed-2 eval {a}", "105"),
+        (f"seed-2 eval {b}", "106"),
     ]
     slurm_dir = tmp_path / "runs" / "c" / "slurm"
     calls = fake_sbatch.read_text().splitlines()
     assert calls[0] == f"--parsable {slurm_dir}/seed-1.train.sbatch"
-    assert calls[5] == f"--parsable --dependency=afterok:104 {slurm_dir}/seed-2.eval.B.sbatch"
+    assert calls[5] == f"--parsable --dependency=afterok:104 {slurm_dir}/seed-2.eval.{b}.sbatch"
     assert (slurm_dir / "seed-2.train.sbatch").read_text().startswith("#!/usr/bin/env bash")
     assert (slurm_dir / "jobs.tsv").read_text().splitlines()[3].startswith("104\tseed-2 train\t")
 
@@ -343,8 +344,39 @@ def test_sbatch_failure_stops_with_its_message(
             {"evaluation": {"levels": ["A"], "overrides": {"eval.episode": 3}}},
             ["seed-1 eval A: unknown key eval.episode (did you mean eval.episodes?)"],
         ),
+        # The schema checks types and ranges; these once passed --dry-run and failed on the
+        # cluster, job after job.
+        (
+            {"seeds": [1, 2], "grid": {"env.name": ["BabyAI-GoToRedBal-v0"]}},
+            [
+                "env.name-BabyAI-GoToRedBal-v0_seed-1 train, env.name-BabyAI-GoToRedBal-v0_seed-2 "
+                "train: env.name='BabyAI-GoToRedBal-v0' is not a BabyAI level (did you mean "
+                "BabyAI-GoToRedBall-v0?)"
+            ],
+        ),
+        (
+            {"grid": {"env.action_space": ["navv"]}},
+            ["env.action_space='navv' is not one of ['default', 'french', 'nav', 'noop'"],
+        ),
+        (
+            {"grid": {"model.name_or_path": ["smollm2-135"]}},
+            ["model.name_or_path: 'smollm2-135' is neither an embedded model (smollm2-135m)"],
+        ),
+        (
+            {"evaluation": {"levels": ["BabyAI-Nope-v0"]}},
+            ["seed-1 eval BabyAI-Nope-v0: eval.level='BabyAI-Nope-v0' is not a BabyAI level"],
+        ),
     ],
-    ids=["unknown_grid_key", "unknown_preset", "invalid_value", "unknown_evaluation_key"],
+    ids=[
+        "unknown_grid_key",
+        "unknown_preset",
+        "invalid_value",
+        "unknown_evaluation_key",
+        "unknown_level",
+        "unknown_action_space",
+        "unknown_model",
+        "unknown_evaluation_level",
+    ],
 )
 def test_every_job_config_is_checked_before_anything_is_submitted(
     change: dict,

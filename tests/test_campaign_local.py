@@ -259,8 +259,9 @@ def test_killed_and_stopped_runs_resume_and_failures_are_reported(tmp_path: Path
     campaign = {
         **TINY,
         "name": "resume",
-        # The second grid point passes every check but fails at run time: no such level.
-        "grid": {"env.name": [level, "BabyAI-NoSuchLevel-v0"]},
+        # The second grid point passes every check but fails at start-up: the trunk cache
+        # asked for where LoRA adapts the lowest layer (the tiny preset adapts every layer).
+        "grid": {"ppo.cache_trunk": [False, True]},
         "overrides": {"train.total_frames": 320, "train.save_every": 1},
         "evaluation": {
             "levels": [level],
@@ -271,7 +272,7 @@ def test_killed_and_stopped_runs_resume_and_failures_are_reported(tmp_path: Path
     }
     path = write_yaml(tmp_path / "resume.yaml", campaign)
     root = tmp_path / "runs"
-    good, bad = f"env.name-{level}_seed-1", "env.name-BabyAI-NoSuchLevel-v0_seed-1"
+    good, bad = "ppo.cache_trunk-false_seed-1", "ppo.cache_trunk-true_seed-1"
     run_dir = root / "resume" / good
 
     # 1. SIGKILL of the training process once it has a checkpoint: reported failed.
@@ -287,14 +288,14 @@ def test_killed_and_stopped_runs_resume_and_failures_are_reported(tmp_path: Path
     )
     assert "killed by SIGKILL" in rows[f"{good} train"]["progress"]
     assert (rows[f"{bad} train"]["status"], rows[f"{bad} train"]["exit_code"]) == ("failed", "2")
-    assert "BabyAI-NoSuchLevel-v0" in rows[f"{bad} train"]["progress"]  # its error line
+    assert "ppo.cache_trunk=true" in rows[f"{bad} train"]["progress"]  # its error line
     assert rows[f"{good} eval {level}"]["status"] == "not run"
     assert "job(s) failed" in err and "run the same command again" in err
     killed_at = newest_frames(run_dir)
     assert 0 < killed_at < 320
 
     # The failing grid point is dropped from the campaign: the good run keeps its folder.
-    write_yaml(path, {**campaign, "grid": {"env.name": [level]}})
+    write_yaml(path, {**campaign, "grid": {"ppo.cache_trunk": [False]}})
 
     # 2. SIGTERM of the launcher: the run saves a checkpoint and exits 0; the launcher 143.
     launcher = launch(path, root, "--local", "--jobs", "2")

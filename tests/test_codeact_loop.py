@@ -24,7 +24,8 @@ from helpers_tiny import one_torch_thread
 
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.codeact.critic import CriticRules, Feedback, judge, load_iterations
+from glam.codeact.chat_critic import ChatCritic, parse_verdicts
+from glam.codeact.critic import CriticRules, Decision, Feedback, judge, load_iterations
 from glam.codeact.env import CodedActionsEnv, CodedActionStats
 from glam.codeact.library import skill_source
 from glam.codeact.loop import OuterLoop, slot_changes
@@ -36,6 +37,8 @@ from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
 from glam.llm.chat import Completion
+from glam.llm.config import ClientConfig
+from glam.llm.remote import OpenAIChatClient
 from glam.llm.server import ChatServer
 from glam.policy.files import CheckpointError
 from glam.ppo.checkpoint import latest_checkpoint
@@ -156,7 +159,14 @@ TURNS = (
     "def step(view, memory):\n    if view['steps'] >= 2:\n        return 'done'\n"
     "    return 'turn left'\n"
 )
+CRITIC_ANSWER = (
+    "Verdicts:\n"
+    "- explore: keep: it finishes and the agent uses it\n"
+    "- go to the red ball: REWRITE - it divides by zero\n"
+    "pick up the red ball: I am not sure\n"
+)
 ANSWERS = {
+    "The coded actions after this phase": CRITIC_ANSWER,
     "Candidate sub-actions": "go to the red ball\nexplore\npick up the red ball\n",
     '"go to the red ball"': f"Here it is:\n```python\n{FAILING}```\n",
     '"explore"': f"```python\n{TURNS}```",
@@ -303,6 +313,9 @@ def test_the_config_refuses_coded_actions_where_they_cannot_join() -> None:
         compose_config("codeact_symbolic", ["codeact.chooser=smart"])
     with pytest.raises(ValueError, match="codeact.num_actions"):
         compose_config("codeact_symbolic", ["codeact.num_actions=0"])
+    with pytest.raises(ValueError, match="codeact.critic='gpt'"):
+        compose_config("codeact_symbolic", ["codeact.critic=gpt"])
+    assert compose_config("codeact_symbolic").codeact.critic == "rules"  # the default
     assert coupling_hooks(compose_config("codeact_symbolic", ["codeact.chooser=none"])) == []
 
 
@@ -470,3 +483,76 @@ def test_a_dropped_name_is_never_proposed_again_nor_after_a_resume() -> None:
         # explore, dropped two iterations ago, stays out: the door takes the slot
         assert list(outer.begin(feedback=feedback).sources) == [names[3], names[1]]
     assert set(loop.dropped) == {names[0], names[2]}
+
+
+# ---- RL-GPT's critic as a chat model (codeact.critic=chat) ------------------------------------
+
+
+def test_verdicts_are_read_line_by_line_and_the_first_per_name_counts() -> None:
+    names = ["explore", "go to the red ball", "go to the red ball twice"]
+    said = parse_verdicts(
+        "1. Explore: Keep. useful\ngo to the red ball twice - drop: loops\n"
+        "go to the red ball: rewrite: errors\nexplore: drop\nnonsense: keep\n",
+        names,
+    )
+    assert said == {
+        "explore": ("keep", "useful"),
+        "go to the red ball twice": ("drop", "loops"),
+        "go to the red ball": ("rewrite", "errors"),
+    }
+
+
+def test_the_chat_critic_decides_through_the_server_and_the_rules_fill_in(
+    chat_server: tuple[ScriptedChat, str], tmp_path: Path
+) -> None:
+    """Against a scripted server: the model's verdicts are taken, a rewrite of library code
+    becomes a drop, an action the answer leaves undecided gets the rules' verdict."""
+    scripted, url = chat_server
+    names = ["explore", "go to the red ball", "pick up the red ball"]
+    client = OpenAIChatClient(
+        ClientConfig(backend="openai", base_url=url, timeout=30, max_retries=0)
+    )
+    try:
+        critic = ChatCritic(client, FAMILY, seed=1)
+        loop = OuterLoop(FAMILY, FixedChooser(names), LibraryWriter(), 3, critic=critic)
+        loop.begin()
+        asked = len(scripted.asked)
+        loop.review({names[0]: stats(6), names[1]: stats(6, failed=6), names[2]: stats(0)}, 10)
+    finally:
+        client.close()
+    question = scripted.asked[asked]
+    assert "- go to the red ball: used 6 times, finished 0" in question
+    assert "ZeroDivisionError" in question and "cannot be rewritten" in question
+    decisions = loop.current.decisions
+    assert decisions["explore"] == Decision(
+        "keep", "chat critic: it finishes and the agent uses it"
+    )
+    assert decisions["go to the red ball"].verdict == "drop"  # library code: no rewrite
+    assert "rewrite asked, but it cannot be rewritten" in decisions["go to the red ball"].reason
+    assert decisions["pick up the red ball"] == Decision(
+        "drop", "the chat critic gave no verdict; by the rules: unused over the phase"
+    )
+    assert loop.current.critic == "chat" and critic.answers == [CRITIC_ANSWER]
+
+
+def test_a_run_with_the_chat_critic_records_its_verdicts(
+    chat_server: tuple[ScriptedChat, str], tmp_path: Path
+) -> None:
+    """`codeact.critic=chat` in a training run: the hook asks the critic through the client of
+    `codeact.base_url` after each phase; the records say who decided."""
+    _, url = chat_server
+    fixed = "codeact.actions=[explore,go to the red ball]"
+    run_codeact(
+        tmp_path / "run",
+        "codeact.chooser=fixed",
+        fixed,
+        "codeact.critic=chat",
+        f"codeact.base_url={url}",
+        "codeact.timeout=30",
+        "codeact.max_retries=0",
+        total_frames=256,
+    )
+    reviewed = [it for it in load_iterations(tmp_path / "run" / "codeact") if it.decisions]
+    assert reviewed and all(it.critic == "chat" for it in reviewed)
+    reasons = [d.reason for it in reviewed for d in it.decisions.values()]
+    assert any(reason.startswith("chat critic: ") for reason in reasons)

@@ -132,6 +132,22 @@ def test_a_huge_allocation_fails_by_the_memory_limit_and_the_worker_goes_on(sand
     assert sandbox.call(action("return 'drop'"), {}, {}).action == "drop"
 
 
+def test_a_result_too_large_to_send_back_is_a_runtime_error_not_a_dead_worker(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """300 MB kept in the memory (or returned) fit the 512 MB limit but not their copy on the way
+    back: the worker died ("sandbox process died") with a traceback on the learner's terminal.
+    The same at a smaller scale: 40 MB under a 64 MB limit."""
+    with Sandbox(WORDS, SandboxConfig(memory_mb=64, timeout_s=30.0)) as sandbox:
+        for body in ("memory['x'] = 'a' * 40_000_000", "return 'a' * 40_000_000"):
+            result = sandbox.call(action(f"{body}\nreturn 'drop'"), {}, {})
+            assert (result.error_kind, result.memory) == ("runtime", {}), result
+            assert "memory limit of 64 MB" in result.error
+        assert sandbox.restarts == 0  # the worker went on: never restarted
+        assert sandbox.call(action("return 'drop'"), {}, {}).action == "drop"
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_runtime_errors_and_invalid_actions_are_reported(sandbox) -> None:
     cases = {
         "x = 1\nreturn x / 0": ("runtime", "ZeroDivisionError: division by zero (line 3)"),

@@ -24,6 +24,7 @@ from glam.compare import (
     HELD_OUT,
     TRAINING,
     ComparisonError,
+    _seeds,
     band_over_seeds,
     baseline_rows,
     final_rows,
@@ -43,6 +44,10 @@ from glam.config import TrainingRunConfig
 from glam.eval.stats import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import compare_runs  # noqa: E402
+
 NAN = math.nan
 T1 = 12.706204736174707
 """t(0.975) with 1 degree of freedom: tan(0.475 pi)."""
@@ -177,13 +182,14 @@ def test_runs_logged_at_different_frames_meet_on_a_common_grid(tmp_path: Path) -
     np.testing.assert_array_equal(grid, [100, 217, 333, 450])  # linspace(100, 450, 4), rounded
     success, returns = group_bands([a, b], grid, window=1)[a.label]
     # At 217: a = 0.5 + 0.17 * 0.5 = 0.585, b = 0.6 * 67 / 150 = 0.268.
-    # At 333: a = 1.0, b = 0.6 + 0.3 * 33 / 150 = 0.666. Two seeds: half-width t1 * |a - b| / 2.
+    # At 333: a = 1.0, b = 0.6 + 0.3 * 33 / 150 = 0.666. Two seeds: half-width t1 * |a - b| / 2,
+    # which takes a success band out of [0, 1]: it is clipped there; a return band is not.
     np.testing.assert_allclose(success.mean, [NAN, 0.4265, 0.833, NAN])
-    np.testing.assert_allclose(
-        success.low, [NAN, 0.4265 - T1 * 0.1585, 0.833 - T1 * 0.167, NAN], atol=1e-6
-    )
-    np.testing.assert_allclose(success.high - success.mean, [NAN, T1 * 0.1585, T1 * 0.167, NAN])
+    np.testing.assert_allclose(success.low, [NAN, 0.0, 0.0, NAN], atol=1e-6)
+    np.testing.assert_allclose(success.high, [NAN, 1.0, 1.0, NAN], atol=1e-6)
     np.testing.assert_allclose(returns.mean, 0.5 * success.mean)  # returns are 0.5 x success
+    half = [NAN, T1 * 0.1585 / 2, T1 * 0.167 / 2, NAN]
+    np.testing.assert_allclose(returns.mean - returns.low, half, atol=1e-6)
     tidy = tidy_curves([a, b], grid, window=1)
     assert list(tidy.columns) == ["label", "seed", "run", "frames", "success", "return"]
     # Each run only where it was logged: a ends at 400 < 450, b starts at 150 > 100.
@@ -299,7 +305,8 @@ def test_final_success_held_out_when_evaluated_else_training(tmp_path: Path) -> 
     assert (held_out.source, held_out.level, len(held_out.outcomes)) == (HELD_OUT, LEVEL, 2)
     assert [o.seed for o in held_out.outcomes] == [1, 2]
     assert held_out.mean == pytest.approx(0.8)
-    assert held_out.seed_interval == pytest.approx((0.8 - T1 * 0.1, 0.8 + T1 * 0.1))
+    # 0.8 -+ 12.7 x 0.1 leaves [0, 1]: a success rate's interval is clipped to it.
+    assert held_out.seed_interval == pytest.approx((max(0.0, 0.8 - T1 * 0.1), 1.0))
     assert held_out.pooled_interval == pytest.approx(wilson_interval(90 + 35, 150))
     assert training.source == TRAINING and training.outcomes[0].seed == 3
     assert training.mean == pytest.approx(0.8)
@@ -328,6 +335,42 @@ def test_baselines_from_evaluation_results(tmp_path: Path) -> None:
         baseline_rows([tmp_path / "nothing"])
     with pytest.raises(ComparisonError, match="has the suite french"):
         baseline_rows([tmp_path / "bot"], suite="french")
+
+
+def _write_episodes(folder: Path, successes: Sequence[bool], suite: str = "no_change") -> None:
+    """An episodes.jsonl as the harness writes it beside results.json."""
+    lines = [
+        json.dumps(
+            {
+                "suite": suite,
+                "seed": 10**12 + i,
+                "success": won,
+                "length": 5 + i,
+                "episode_return": 0.9 if won else 0.0,
+            }
+        )
+        for i, won in enumerate(successes)
+    ]
+    (folder / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_replays_of_one_deterministic_evaluation_count_once(tmp_path: Path) -> None:
+    """A rule evaluated once per training seed on the same episodes is one evaluation: its
+    100 episodes are not 300, and three equal rates are not three seeds."""
+    same = [True] * 86 + [False] * 14
+    for seed in (1, 2, 3):
+        write_results(tmp_path / "rule" / f"seed-{seed}", "rule", LEVEL, 0.86, 100)
+        _write_episodes(tmp_path / "rule" / f"seed-{seed}", same)
+    (row,) = baseline_rows([tmp_path / "rule"])
+    assert (len(row.outcomes), len(row.distinct), row.episodes) == (3, 1, 100)
+    assert row.pooled_interval == pytest.approx(wilson_interval(86, 100))
+    assert all(math.isnan(v) for v in row.seed_interval)  # one evaluation: no spread
+    # Another seed whose episodes differ (even at the same rate) is a seed of its own.
+    write_results(tmp_path / "rule" / "seed-4", "rule", LEVEL, 0.86, 100)
+    _write_episodes(tmp_path / "rule" / "seed-4", same[::-1])
+    (row,) = baseline_rows([tmp_path / "rule"])
+    assert (len(row.distinct), row.episodes) == (2, 200)
+    assert _seeds(row) == "4 (2 distinct: the rest replay its episodes)"  # the table's column
 
 
 def test_metrics_written_by_the_trainers_logger_are_read(tmp_path: Path) -> None:
@@ -457,6 +500,35 @@ def test_script_refuses_bad_input(case: str, tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout
     assert done.stderr.startswith("error: ") and message in done.stderr
     assert not out.exists()
+
+
+def test_script_refuses_unreadable_input_and_an_output_it_may_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A binary metrics.csv and `--out` naming a file were raw tracebacks; a second comparison
+    into the same `--out` silently replaced the first."""
+    good = make_run(tmp_path / "good", [100, 200], [0.1, 0.2])
+    binary = make_run(tmp_path / "binary", [100], [0.1])
+    (binary / "metrics.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 40)
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    earlier = tmp_path / "cmp"
+    earlier.mkdir()
+    (earlier / "comparison.md").write_text("an earlier comparison")
+    for args, message in [
+        ([binary, "--out", tmp_path / "out"], f"{binary / 'metrics.csv'} is not a readable CSV"),
+        ([good, "--out", file], f"--out='{file}' is a file, not a folder"),
+        ([good, "--out", earlier], "already holds results (comparison.md): pass --overwrite"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            compare_runs.main([*map(str, args)])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err, err
+    assert (earlier / "comparison.md").read_text() == "an earlier comparison"
+    assert not (tmp_path / "out").exists() and file.read_text() == "mine"
+    assert compare_runs.main([str(good), "--out", str(earlier), "--overwrite"]) == 0
+    assert (earlier / "comparison.md").read_text() != "an earlier comparison"
 
 
 def test_a_window_with_too_few_episodes_gives_no_value() -> None:

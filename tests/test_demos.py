@@ -14,7 +14,7 @@ from helpers_tiny import tiny_tokenizer
 
 import babyai_text
 from babyai_text.levels import TASK_TYPES
-from glam.bc.bot import BotUnsupportedError, collect_bot_demos
+from glam.bc.bot import BotUnsupportedError, collect_bot_demos, save_bot_demos
 from glam.bc.config import DemosConfig
 from glam.demos import (
     DEMO_FEATURES,
@@ -68,7 +68,7 @@ def test_writer_writes_nothing_when_collection_crashes(tmp_path: Path) -> None:
     with DemoWriter(folder) as writer:
         writer.extend([_record(0, 0), _record(0, 1)])
     assert len(load_demos(folder)) == 2
-    with pytest.raises(FileExistsError, match="already exists"):
+    with pytest.raises(FileExistsError, match="already holds a demonstrations dataset"):
         DemoWriter(folder)  # refused before any collection
     write_demos([_record(1, 0)], folder, overwrite=True)
     assert len(load_demos(folder)) == 1
@@ -169,6 +169,55 @@ def test_unsupported_levels_and_a_failing_bot_are_clear_errors(monkeypatch) -> N
         collect_bot_demos(DemosConfig(level="BabyAI-GoToLocal-v0", episodes=50))
 
 
+def _training_run(folder: Path) -> Path:
+    """A run folder as the trainer leaves it (what matters here: its files)."""
+    (folder / "checkpoints" / "update_000001").mkdir(parents=True)
+    (folder / "checkpoints" / "update_000001" / "optimizer.pt").write_bytes(b"moments")
+    (folder / "config.yaml").write_text("train: {seed: 1}\n")
+    (folder / "metrics.csv").write_text("update,frames\n1,8\n")
+    return folder
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_overwrite_never_deletes_a_training_run(tmp_path: Path) -> None:
+    """`demos.overwrite=true` once replaced whatever folder it was given: a training run,
+    checkpoints and all."""
+    run = _training_run(tmp_path / "run")
+    before = _files(run)
+    with pytest.raises(ValueError, match="holds a training run .* never replaces"):
+        DemoWriter(run, overwrite=True)
+    with pytest.raises(ValueError, match="holds a training run .* never replaces"):
+        write_demos([_record(0, 0)], run, overwrite=True)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"is not empty \(todo.txt\) and holds no demonstr"):
+        write_demos([_record(0, 0)], notes, overwrite=True)
+    assert _files(run) == before and _files(notes) == {"todo.txt": b"mine"}
+
+
+def test_the_output_folder_is_checked_before_the_model_and_the_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file where the dataset goes was found only after every episode ran."""
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("worked before checking the output folder")
+
+    monkeypatch.setattr("glam.bc.bot.collect_bot_demos", no_work)
+    monkeypatch.setattr("glam.bc.bot.load_model", no_work)
+    file = tmp_path / "demos"
+    file.write_text("not a folder")
+    config = DemosConfig(
+        output_dir=str(file), overwrite=True, prompt_format="chat", chat_model="tiny-random-llama"
+    )
+    with pytest.raises(ValueError, match=r"demos.output_dir='.*demos' is a file, not a folder"):
+        save_bot_demos(config, progress=False)
+
+
 def _collect(*overrides: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "scripts/collect_bot_demos.py", "progress=false", *overrides],
@@ -192,7 +241,8 @@ def test_collect_script_writes_a_loadable_dataset_and_refuses_bad_input(tmp_path
 
     again = _collect("demos.episodes=3", f"demos.output_dir={folder}")
     assert again.returncode == 2
-    assert f"demos.output_dir='{folder}' already exists: pass demos.overwrite=true" in again.stderr
+    assert f"demos.output_dir='{folder}' already holds a demonstrations dataset (" in again.stderr
+    assert "): pass demos.overwrite=true" in again.stderr
 
     unsupported = _collect("demos.level=BabyAI-KeyInBox-v0", f"demos.output_dir={tmp_path / 'x'}")
     assert unsupported.returncode == 1  # a bad config

@@ -6,8 +6,9 @@
 - Initial LoRA and head weights are identical on every process before any broadcast; advantage
   normalisation is global.
 - DeepSpeed's optimizer shards (Adam moments) come back on resume.
-- `scripts/train_language_agent.py` under each launcher: the run records its world size and
-  DeepSpeed stage, its adapter loads with peft, and a run killed with SIGKILL resumes.
+- `scripts/train_language_agent.py` under each launcher, with LoRA on the top layer and the
+  update run from the cached trunk (`glam.trunk`): the run records its world size and DeepSpeed
+  stage, its adapter loads with peft, and a run killed with SIGKILL resumes.
 - A launch whose processes would run as independent jobs stops at once, saying what to do.
 """
 
@@ -100,6 +101,10 @@ def test_one_update_is_the_same_under_every_launcher(layout: str, probe_dir: str
     assert report["metrics"]["losses/grad_norm"] == pytest.approx(
         single["metrics"]["losses/grad_norm"], rel=1e-5
     )
+    # ZeRO-3 builds the model partitioned at load: no process ever holds it whole. NPAE's random
+    # model (`model.pretrained=false`) gets the pretrained embeddings under every launcher.
+    assert report["base_partitioned_at_load"] == (layout == "zero3")
+    assert report["random_model_keeps_embeddings"]
     expected, got = _trainable(single_checkpoint), _trainable(checkpoint)
     assert expected.keys() == got.keys()
     moved = max(t.abs().max().item() for t in expected.values())
@@ -166,8 +171,10 @@ def test_launcher_trains_checkpoints_and_resumes_after_sigkill(layout: str, tmp_
     from glam.models.loading import load_model
 
     run_dir = tmp_path / layout
+    # LoRA on the top layer of two: the update runs from the rollout's cached trunk states.
+    cached = "model.lora.layers=1"
     process = subprocess.Popen(
-        _train_command(layout, run_dir, "train.total_frames=1000000"),
+        _train_command(layout, run_dir, cached, "train.total_frames=1000000"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -194,14 +201,16 @@ def test_launcher_trains_checkpoints_and_resumes_after_sigkill(layout: str, tmp_
     assert seeds[0] != seeds[1]  # each process plays its own episodes
     base, _ = load_model("tiny-random-llama")
     adapted = PeftModel.from_pretrained(base, checkpoint / "policy" / "adapter")
-    lora_b = [p for n, p in adapted.named_parameters() if "lora_B" in n]
-    assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # trained, not the zero init
+    lora_b = {n: p for n, p in adapted.named_parameters() if "lora_B" in n}
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b.values())  # trained, not the zero init
+    assert all(".layers.1." in name for name in lora_b)  # the top layer's adapter only
 
     frames = (killed_at + 1) * 64
     result = _run(
-        _train_command(layout, run_dir, "train.resume=true", f"train.total_frames={frames}")
+        _train_command(layout, run_dir, cached, "train.resume=true", f"train.total_frames={frames}")
     )
     assert f"resumed from {checkpoint}" in result.stdout
+    assert "[glam] trunk cache: on (the rollout keeps the input of layer 1" in result.stdout
     assert f"done: {frames} frames in {killed_at + 1} updates" in result.stdout
     updates = [int(row.split(",")[0]) for row in (run_dir / "metrics.csv").read_text().split()[1:]]
     assert updates == list(range(1, killed_at + 2))

@@ -13,7 +13,7 @@ from glam.eval.agents import BotAgent, RandomAgent, choose_actions
 from glam.eval.config import SEED_BASE, AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.episodes import run_suite
 from glam.eval.harness import evaluate
-from glam.eval.report import aggregate, excluded_suites, write_aggregate
+from glam.eval.report import aggregate, excluded_suites, read_results, write_aggregate
 from glam.eval.stats import summarize, wilson_interval
 from glam.eval.suites import SUITES
 
@@ -298,12 +298,65 @@ def test_unknown_level_or_missing_bc_fail_before_any_episode(tmp_path) -> None:
     assert not (tmp_path / "results.json").exists()
 
 
+def test_an_output_folder_it_may_not_write_stops_the_evaluation_before_the_agent_loads(
+    tmp_path, monkeypatch
+) -> None:
+    """A file, or a training run, where the results go was found after every episode ran."""
+
+    def no_agent(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the agent was built before the output folder was checked")
+
+    monkeypatch.setattr("glam.eval.harness.build_agent", no_agent)
+    file = tmp_path / "results"
+    file.write_text("not a folder")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "metrics.csv").write_text("update,frames\n1,8\n")
+    for folder, message in [
+        (file, r"eval.output_dir='.*results' is a file, not a folder"),
+        (file / "eval", r"cannot be created: .*results is a file"),
+        (run_dir, r"holds a training run \(checkpoints, metrics.csv\)"),
+    ]:
+        cfg = PostTrainingTestsConfig(
+            agent=AgentConfig(kind="random"),
+            eval=EvalConfig(output_dir=str(folder), overwrite=True),
+        )
+        with pytest.raises(ValueError, match=message):
+            evaluate(cfg)
+
+
 def _fake(label: str, level: str, rates: dict[str, float]) -> dict:
     return {
         "label": label,
         "eval": {"level": level},
         "suites": {s: {"success_rate": r, "episodes": 100} for s, r in rates.items()},
     }
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "'utf-8' codec can't decode"),
+        (b"{results", "Expecting property name"),
+        (b"[1, 2]", "no `suites` object"),
+        (b'{"suites": {}, "eval": {"level": "L"}}', "no `label` text"),
+        (b'{"label": "a", "suites": {}}', "no `eval.level` text"),
+        (
+            b'{"label": "a", "eval": {"level": "L"}, "suites": {"s": {"success_rate": "high"}}}',
+            "suite 's': success_rate is 'high', not a number",
+        ),
+    ],
+    ids=["binary", "not_json", "a_list", "no_label", "no_level", "text_rate"],
+)
+def test_a_file_that_is_not_a_results_json_is_named(tmp_path, content: bytes, problem: str) -> None:
+    """scripts/test_results.py met these with a raw traceback (UnicodeDecodeError, KeyError)."""
+    path = tmp_path / "results.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as refused:
+        read_results(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is not a results.json of scripts/post_training_tests.py")
+    assert problem in message
 
 
 def test_aggregate_mean_spread_and_change(tmp_path) -> None:

@@ -50,6 +50,17 @@ def test_post_training_tests_then_test_results(tmp_path: Path) -> None:
     assert "| invented_nouns |" in (tmp_path / "sum" / "summary.md").read_text()
     assert (tmp_path / "sum" / "summary.png").is_file()
 
+    # A baseline no input played once exited 0 with the change column blank.
+    done = _script(
+        "test_results.py", f"inputs=[{tmp_path}]", f"output_dir={tmp_path / 'x'}", "baseline=kl"
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "error: baseline='kl' is not a suite any input played; they hold invented_nouns, "
+        "no_change: pass one of them as baseline"
+    )
+    assert not (tmp_path / "x").exists()
+
 
 @pytest.mark.parametrize(
     ("overrides", "status", "message"),

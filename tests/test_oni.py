@@ -36,10 +36,21 @@ from glam.config import OniConfig, compose_config
 from glam.couplings import coupling_hooks
 from glam.llm.server import ChatServer
 from glam.oni.agreement import agreement, collect_messages, draw
-from glam.oni.annotator import CONTENT_FREE, Annotator, AnnotatorError, JudgeLabeller, Message
+from glam.oni.annotator import (
+    CONTENT_FREE,
+    Annotator,
+    AnnotatorError,
+    JudgeLabeller,
+    Message,
+    Pair,
+    PairwiseJudge,
+    PreferenceLabeller,
+    RandomLabeller,
+    build_labeller,
+)
 from glam.oni.hook import OniEnv, OniHook, labels_path, read_labels
 from glam.oni.oracle import mission_objects, oracle_label
-from glam.oni.rewards import ClassifierReward, RetrievalReward, decayed
+from glam.oni.rewards import ClassifierReward, RankingReward, RetrievalReward, decayed
 from glam.ppo.checkpoint import check_checkpoint, latest_checkpoint
 from glam.ppo.entry import run_training
 from glam.ppo.trainer import train
@@ -101,6 +112,30 @@ def test_the_oracle_labels_progress(mission: str, event: str, label: float) -> N
     assert oracle_label(mission, event) == label
 
 
+def test_the_random_labeller_says_yes_at_its_rate_whatever_the_event() -> None:
+    messages = [(f"pick up the box {i % 7}", f"event {i}") for i in range(4000)]
+    labels = RandomLabeller(0.51, seed=1).label(messages)
+    # 4000 draws at 0.51: a standard deviation of 0.0079, so 0.51 +- 0.03 fails once in 10^4
+    assert abs(sum(labels) / len(labels) - 0.51) < 0.03
+    assert RandomLabeller(0.51, seed=1).label(messages) == labels  # the same in every process
+    assert RandomLabeller(0.51, seed=2).label(messages) != labels  # a seed labels differently
+    assert set(RandomLabeller(1.0).label(messages)) == {1.0}
+    assert set(RandomLabeller(0.0).label(messages)) == {0.0}
+    assert set(build_labeller(OniConfig(backend="yes")).label(messages)) == {1.0}
+    random = build_labeller(OniConfig(backend="random", random_rate=0.25, random_seed=3))
+    assert isinstance(random, RandomLabeller) and (random.rate, random.seed) == (0.25, 3)
+    with pytest.raises(ValueError, match=r"oni.random_rate must be in \[0, 1\], got 1.5"):
+        OniConfig(backend="random", random_rate=1.5)
+
+
+def test_the_random_labeller_draws_from_the_run_seed_unless_told() -> None:
+    annotator = SimpleNamespace()
+    cfg = OniConfig(reward_model="retrieval", backend="random")
+    assert OniHook(cfg, seed=7, make_annotator=annotator).cfg.random_seed == 7
+    cfg = OniConfig(reward_model="retrieval", backend="random", random_seed=0)
+    assert OniHook(cfg, seed=7, make_annotator=annotator).cfg.random_seed == 0
+
+
 def test_mission_objects() -> None:
     assert mission_objects("put the red ball next to a box") == [("red", "ball"), (None, "box")]
     assert mission_objects("open the door") == [(None, "door")]
@@ -158,6 +193,69 @@ def test_the_classifier_fits_toy_labels_and_rewards_unseen_messages() -> None:
     assert again.reward(probe) == model.reward(probe)
 
 
+def _pairs_of(messages: Sequence[Message]) -> list[Pair]:
+    """Every pair of two messages of one goal, each way round once."""
+    return [(a, b) for i, a in enumerate(messages) for b in messages[i + 1 :] if a[0] == b[0]]
+
+
+def test_the_ranking_model_learns_the_oracles_preferences_and_ranks_held_out_pairs() -> None:
+    """Motif's reward model, fitted to preferences from the annotator (the oracle's, through
+    the labeller the annotator runs), orders pairs of goals it never saw as the oracle does."""
+    annotator = build_labeller(OniConfig(reward_model="ranking", backend="oracle"))
+    assert isinstance(annotator, PreferenceLabeller)
+    train_pairs = _pairs_of([m for m, _ in _toy_labels(["red", "blue", "purple", "yellow"])])
+    model = RankingReward(steps=60, lr=3e-2, threshold=0.5, seed=0)
+    model.add(list(zip(train_pairs, annotator.label(train_pairs), strict=True)))
+    assert model.reward(("pick up the red box", "you pick up the red key")) == 0.0  # not fitted
+    metrics = model.fit()
+    assert metrics["oni/ranking_train_accuracy"] == 1.0
+    assert model.fit() == {}  # no new preferences: no new fit
+    held_out = [
+        (a, b)
+        for a, b in _pairs_of([m for m, _ in _toy_labels(["green", "grey"])])
+        if oracle_label(*a) != oracle_label(*b)  # the oracle prefers one of the two
+    ]
+    scores = model.scores([m for pair in held_out for m in pair])
+    right = [
+        (float(scores[2 * i] - scores[2 * i + 1]) > 0) == (oracle_label(*a) > oracle_label(*b))
+        for i, (a, b) in enumerate(held_out)
+    ]
+    # 2 goals x 7 helpful x 12 other messages; chance is 1/2 (0.946 measured with this seed)
+    assert len(right) == 168 and sum(right) / len(right) > 0.85
+    # rewards are win rates in (0, 1), 0 below 0.5: a key pick-up pays, a bump does not
+    goal = "pick up the green box"
+    key, wall = (goal, "you pick up the grey key"), (goal, "you bump into the wall")
+    assert 0.5 <= model.reward(key) < 1.0
+    assert model.win_rate(wall) < 0.5 and model.reward(wall) == 0.0
+
+
+class ScriptedScorer:
+    """A judge whose log P(" 1") - log P(" 2") is 2.0 plus 1.0 when event 1 holds "key": it
+    leans towards answering "1" whatever it reads, and prefers keys."""
+
+    def log_likelihoods(self, prompts: Sequence[str], candidates: Any) -> list[torch.Tensor]:
+        first = [p.split("Event 1: ")[1].split("\n")[0] for p in prompts]
+        return [torch.tensor([2.0 + ("key" in e), 0.0]) for e in first]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_pairwise_judge_cancels_its_leaning_towards_the_first_answer() -> None:
+    judge = PairwiseJudge(ScriptedScorer())
+    goal = "pick up the red box"
+    key, wall, ball = (
+        (goal, "you pick up the red key"),
+        (goal, "you bump into the wall"),
+        (
+            goal,
+            "you bump into the ball",
+        ),
+    )
+    assert judge.margins([(key, wall), (wall, key), (wall, ball)]) == [0.5, -0.5, 0.0]
+    assert judge.label([(key, wall), (wall, key), (wall, ball)]) == [1.0, 0.0, 0.5]
+
+
 # --- The env and the hook, with an annotator in this process ------------------------------------
 
 
@@ -191,6 +289,7 @@ class InProcessAnnotator:
         self.submitted: list[list[Message]] = []
         self.queued: list[Message] = []
         self.closed = False
+        self.labeller = build_labeller(cfg)  # the oracle (its preferences for `ranking`)
 
         class Stats:
             sent = received = positive = 0
@@ -204,7 +303,7 @@ class InProcessAnnotator:
         self.stats.sent += len(messages)
 
     def poll(self) -> list[tuple[Message, float]]:
-        labels = [(m, oracle_label(*m)) for m in self.queued]
+        labels = list(zip(self.queued, self.labeller.label(self.queued), strict=True))
         self.queued = []
         self.stats.received += len(labels)
         return labels
@@ -214,10 +313,8 @@ class InProcessAnnotator:
 
 
 def _hook(run_dir: Path, **settings: Any) -> OniHook:
-    hook = OniHook(
-        OniConfig(reward_model="retrieval", backend="oracle", **settings),
-        make_annotator=InProcessAnnotator,
-    )
+    settings = {"reward_model": "retrieval", "backend": "oracle", **settings}
+    hook = OniHook(OniConfig(**settings), make_annotator=InProcessAnnotator)
     hook.start(SimpleNamespace(accelerator=SimpleNamespace(process_index=0), run_dir=run_dir))
     return hook
 
@@ -273,6 +370,34 @@ def test_the_hook_sends_each_message_once_and_keeps_the_labels(tmp_path: Path) -
     again = _hook(tmp_path)  # a resumed run: the labels are back, nothing is sent again
     assert again.reloaded == 2 and again.seen == set(sent)
     assert again.reward_model.reward(("pick up the red box", events[0])) == 1.0
+
+
+def test_the_hook_pairs_new_messages_with_earlier_ones_of_their_goal(tmp_path: Path) -> None:
+    hook = _hook(tmp_path, reward_model="ranking", ranking_pairs=2)
+    goal = "pick up the red box"
+    events = ["you bump into the wall", "you pick up the yellow key", "nothing happens"]
+    env = OniEnv(ScriptedEnv([[e] for e in events] * 2, done_at=99), hook)
+    env.reset(seed=0)
+    for _ in range(6):
+        env.step(0)
+        hook.exchange()
+    sent = [item for batch in hook.annotator.submitted for item in batch]
+    # the first event has no partner; the second is paired with it, the third with both
+    assert sorted(sent) == sorted(
+        [
+            ((goal, events[1]), (goal, events[0])),
+            ((goal, events[2]), (goal, events[0])),
+            ((goal, events[2]), (goal, events[1])),
+        ]
+    )
+    assert hook.after_update is not None and hook.reward_model.fit()["oni/ranking_loss"] >= 0
+    hook.close()
+    saved = read_labels(labels_path(tmp_path))
+    assert {"other"} <= set(json.loads(labels_path(tmp_path).read_text().splitlines()[0]))
+    assert dict(saved)[((goal, events[1]), (goal, events[0]))] == 1.0  # the key is preferred
+    again = _hook(tmp_path, reward_model="ranking")  # resumed: the pairs are back
+    assert again.reloaded == 3 and again.seen == {(goal, e) for e in events}
+    assert sorted(again._events_by_goal[goal]) == sorted(events)
 
 
 # --- The annotator's process --------------------------------------------------------------------
@@ -392,8 +517,10 @@ LEVEL = ["env.name=BabyAI-UnlockPickup-v0", "env.action_space=default"]
 
 
 def test_oni_settings_are_checked_and_name_the_coupling() -> None:
-    with pytest.raises(ValueError, match="oni.reward_model='ranking'"):
-        OniConfig(reward_model="ranking")
+    with pytest.raises(ValueError, match="oni.reward_model='motif'"):
+        OniConfig(reward_model="motif")
+    with pytest.raises(ValueError, match="oni.ranking_pairs must be >= 1"):
+        OniConfig(reward_model="ranking", ranking_pairs=0)
     with pytest.raises(ValueError, match="oni.backend='vllm'"):
         OniConfig(backend="vllm")
     with pytest.raises(ValueError, match="oni.intrinsic_coef"):
@@ -459,6 +586,29 @@ def test_an_oni_run_rewards_labelled_events(tmp_path: Path) -> None:
     fitted = [row for row in rows if row.get("oni/classifier_train_accuracy")]
     assert fitted, "the classifier never fitted"
     assert 0.0 <= float(rows[-1]["oni/positive_fraction"]) <= 1.0
+
+
+def test_an_oni_run_ranks_events_from_preferences(tmp_path: Path) -> None:
+    """Motif's ranking model in a training run (the oracle's preferences, in this process)."""
+    cfg = compose_config(
+        "oni_symbolic",
+        [
+            *SMALL_SYMBOLIC,
+            "oni.backend=oracle",
+            "oni.reward_model=ranking",
+            "oni.intrinsic_coef=1.0",
+            "train.total_frames=640",
+            f"train.output_dir={tmp_path}",
+        ],
+    )
+    hooks = [OniHook(cfg.oni, make_annotator=InProcessAnnotator)]
+    train(cfg, Accelerator(cpu=True), tmp_path, make_policy=build_symbolic_policy, hooks=hooks)
+    rows = _metrics(tmp_path)
+    assert float(rows[-1]["oni/labels_received"]) > 0  # preferences of pairs
+    assert any(row.get("oni/ranking_train_accuracy") for row in rows), "never fitted"
+    # blank before the first fit, but a column of metrics.csv from its first row on
+    assert {"oni/ranking_loss", "oni/ranking_train_accuracy"} <= set(rows[0])
+    assert any("other" in json.loads(line) for line in labels_path(tmp_path).open())
 
 
 def test_a_hung_annotator_stops_the_run_and_keeps_its_checkpoints(tmp_path: Path) -> None:

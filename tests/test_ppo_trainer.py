@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
+from omegaconf import OmegaConf
 from torch import nn
 
 from glam.config import (
@@ -31,6 +32,7 @@ from glam.config import (
     TrainConfig,
     TrainingRunConfig,
 )
+from glam.llm.chat import ChatClientError
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.checkpoint import (
@@ -44,8 +46,10 @@ from glam.ppo.checkpoint import (
     resume_checkpoint,
     save_checkpoint,
 )
+from glam.ppo.entry import _train_and_report
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
+from glam.ppo.logger import MetricsLogger
 from glam.ppo.rollout import EnvRunner, env_seed, resolve_action_space
 from glam.ppo.trainer import (
     SetupError,
@@ -56,6 +60,7 @@ from glam.ppo.trainer import (
     build_training,
     collect_rollout,
     lr_factor,
+    open_logs,
     ppo_update,
     train,
 )
@@ -521,13 +526,25 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def _drop_manifest(checkpoint: Path) -> None:  # as written before manifests existed
+def _drop_manifest(checkpoint: Path) -> None:
     (checkpoint / "manifest.json").unlink()
+
+
+def _same_size(path: Path, content: bytes) -> None:
+    """Replace `path`'s content keeping its size (padded with spaces): the manifest agrees."""
+    size = path.stat().st_size
+    assert len(content) <= size
+    path.write_bytes(content + b" " * (size - len(content)))
 
 
 def _claim_two_processes(checkpoint: Path) -> None:
     state = checkpoint / "trainer_state.json"  # the same size: the manifest still agrees
     state.write_text(json.dumps({**json.loads(state.read_text()), "world_size": 2}, indent=1))
+
+
+def _edit_state(checkpoint: Path, **values: object) -> None:
+    state = checkpoint / "trainer_state.json"
+    _same_size(state, json.dumps({**json.loads(state.read_text()), **values}).encode())
 
 
 # (damage done to checkpoints/, expected problem, the checkpoint then proposed)
@@ -543,11 +560,30 @@ DAMAGES = {
         "update_000001",
     ),
     "state garbage": (
-        lambda c: (
-            _drop_manifest(c / "update_000002"),
-            (c / "update_000002" / "trainer_state.json").write_text("{garbage"),
-        ),
+        lambda c: _same_size(c / "update_000002" / "trainer_state.json", b"{garbage"),
         "update_000002: trainer_state.json is not valid JSON",
+        "update_000001",
+    ),
+    # A counter's value is checked, not only its key: negative frames once resumed with exit 0,
+    # trained the wrong number of updates and reported wrong frame counts.
+    "negative frames": (
+        lambda c: _edit_state(c / "update_000002", frames=-20),
+        "update_000002: trainer_state.json: frames is -20, it must be an integer >= 0",
+        "update_000001",
+    ),
+    "frames as text": (
+        lambda c: _edit_state(c / "update_000002", frames="20"),
+        "trainer_state.json: frames is '20', it must be an integer >= 0",
+        "update_000001",
+    ),
+    "update not the folder's": (
+        lambda c: _edit_state(c / "update_000002", update=3),
+        "trainer_state.json: update is 3, but the folder is update_000002",
+        "update_000001",
+    ),
+    "manifest missing": (
+        lambda c: _drop_manifest(c / "update_000002"),
+        "update_000002: manifest.json is missing",
         "update_000001",
     ),
     "rng truncated": (
@@ -555,11 +591,8 @@ DAMAGES = {
         "update_000002: rank_0/rng.pt is truncated (",
         "update_000001",
     ),
-    "rng truncated, no manifest": (
-        lambda c: (
-            _drop_manifest(c / "update_000002"),
-            _truncate(c / "update_000002/rank_0/rng.pt"),
-        ),
+    "rng garbage": (
+        lambda c: _same_size(c / "update_000002" / "rank_0" / "rng.pt", b"garbage"),
         "update_000002: rank_0/rng.pt is unreadable (",
         "update_000001",
     ),
@@ -624,6 +657,37 @@ def test_an_unusable_checkpoint_is_refused_naming_the_file_and_an_older_one(
     assert resume_checkpoint(tmp_path, fallback) == checkpoints / fallback
 
 
+class _NotATensor:
+    """What a replaced optimizer.pt may hold: an object torch would need to unpickle."""
+
+
+def test_an_optimizer_file_that_does_not_load_is_named_with_an_older_checkpoint(
+    tmp_path: Path, accelerator: Accelerator
+) -> None:
+    """torch's message named no file, offered no older checkpoint and proposed
+    `weights_only=False`, that is, running what the file holds."""
+    checkpoints = _save_updates(tmp_path, accelerator, (1, 2))
+    torch.save({"state": _NotATensor()}, checkpoints / "update_000002" / "optimizer.pt")
+    model = _Saveable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: 1.0)
+    with pytest.raises(UnusableCheckpoint) as refused:
+        load_training_state(
+            accelerator,
+            checkpoints / "update_000002",
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
+    message = str(refused.value)
+    assert message.startswith(
+        "optimizer.pt does not load (it holds objects other than tensors and numbers, which are "
+        "never unpickled); the newest complete checkpoint is update_000001: continue from it "
+        "with train.resume_from=update_000001"
+    )
+    assert "weights_only" not in message and "\n" not in message
+
+
 def test_resume_checks_need_the_files_of_the_run_layout(
     tmp_path: Path, accelerator: Accelerator
 ) -> None:
@@ -642,6 +706,47 @@ def test_resume_checks_need_the_files_of_the_run_layout(
 
 class _DiskUsage:
     free = 0
+
+
+def test_a_full_disk_while_writing_metrics_stops_the_run_with_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full disk while writing metrics.csv was a raw traceback."""
+    logger = MetricsLogger(tmp_path, enabled=True)
+    real_open = Path.open
+
+    def full_disk(path: Path, *args: object, **kwargs: object):
+        if path.name == "metrics.csv":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    with pytest.raises(RuntimeError) as stopped:
+        logger.log(3, 96, 1.0, {"charts/success_rate": 0.5})
+    logger.close()
+    message = f"could not write {tmp_path / 'metrics.csv'}: no space left on device (update 3)"
+    assert str(stopped.value) == message
+
+    def trainer(*args: object) -> None:
+        raise stopped.value
+
+    assert _train_and_report(tiny_config(), trainer, None, tmp_path, None) == 2
+    assert capsys.readouterr().err == f"error: {message}; no checkpoint had been written\n"
+
+
+def test_a_server_a_coupling_cannot_reach_stops_the_run_with_status_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """teach/ask with an unreachable endpoint was a raw traceback."""
+
+    def trainer(*args: object) -> None:
+        raise ChatClientError("POST /completions at http://127.0.0.1:9/v1 failed 1 time(s)")
+
+    assert _train_and_report(tiny_config(), trainer, None, tmp_path, None) == 4
+    assert capsys.readouterr().err == (
+        "error: stopping: POST /completions at http://127.0.0.1:9/v1 failed 1 time(s); "
+        "no checkpoint had been written\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -718,6 +823,22 @@ def _train(
     return train(cfg, accelerator, run_dir)
 
 
+def test_a_total_below_one_update_is_said_to_be_rounded_up(
+    tmp_path: Path, accelerator: Accelerator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`train.total_frames` below one update was rounded up 4x without a word."""
+    cfg = tiny_config()
+    cfg.train = TrainConfig(total_frames=8, progress_bar=False)
+    logger, progress = open_logs(cfg, accelerator, tmp_path, "a: 1\n", TrainerState(), 1, 32)
+    logger.close()
+    progress.close()
+    assert (
+        "[glam] train.total_frames=8 is not reached in whole updates of 32 frames: the run stops "
+        "after update 1, at 32 frames"
+    ) in capsys.readouterr().out
+    assert (tmp_path / "config.yaml").read_text() == "a: 1\n"
+
+
 def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as handle:
         return list(csv.DictReader(handle))
@@ -748,14 +869,23 @@ def _scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 
 
 def test_resuming_an_older_checkpoint_sets_the_later_branch_aside(
-    tmp_path: Path, accelerator: Accelerator
+    tmp_path: Path, accelerator: Accelerator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _train(tmp_path, accelerator, total_frames=128)
     checkpoints = tmp_path / "checkpoints"
     later = {name: _digest(checkpoints / name) for name in ("update_000003", "update_000004")}
     (checkpoints / "latest").write_text("update_000002\n")  # roll back, then another lr
+    capsys.readouterr()
     result = _train(tmp_path, accelerator, total_frames=96, lr=5e-4, resume=True)
     assert result.state.update == 3
+    # A changed setting was once taken in silence, and config.yaml kept the old value.
+    out = capsys.readouterr().out
+    assert (
+        "[glam] resuming update_000002 with settings changed since it was written (config.yaml "
+        "records the new ones):\n  "
+    ) in out
+    assert "\n  ppo.lr: 0.001 -> 0.0005\n" in out and "\n  train.total_frames: 128 -> 96" in out
+    assert OmegaConf.load(tmp_path / "config.yaml").ppo.lr == 5e-4
     (aside,) = checkpoints.glob("abandoned-*")
     assert {name: _digest(aside / name) for name in later} == later  # byte for byte
     assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("update_")) == [
@@ -809,7 +939,7 @@ def test_an_unusable_output_dir_stops_before_any_model_is_built(
     run_dir, message = {
         "a file": (tmp_path / "file", "is a file, not a folder"),
         "under a file": (tmp_path / "file" / "run", f"cannot be created: {tmp_path / 'file'} is a"),
-        "not writable": (Path("/sys/kernel"), "is not writable: "),
+        "not writable": (Path("/sys/kernel"), "is not writable ("),
     }[layout]
     if layout == "not writable" and (not run_dir.is_dir() or os.access(run_dir, os.W_OK)):
         try:  # root may write where access() says no: try for real

@@ -414,6 +414,14 @@ def _load_script():
         (["--lora-targets", "attn"], "LoRA target 'attn'"),
         (["--cpu-cores", "2", "--hardware", "cpu"], "needs all of --cpu-cores, --cpu-ghz"),
         (["--full", "--lora-rank", "4"], "not allowed with argument"),
+        (
+            ["--minibatch-size", "48"],
+            "--minibatch-size 48 must divide the transitions per update, --envs x "
+            "--frames-per-env = 1280, as the trainer requires",
+        ),
+        (["--calibrate-seconds-per-update", "0"], "--calibrate-seconds-per-update must be > 0"),
+        (["--calibrate-hours", "-1"], "--calibrate-hours must be > 0, got -1"),
+        (["--out", "."], "error: --out='.' is a folder: name a file"),
     ],
 )
 def test_script_errors_in_process(

@@ -184,3 +184,115 @@ def test_lazy_top_level_names_load_on_first_use() -> None:
     assert set(glam.__all__) <= set(dir(glam))
     with pytest.raises(AttributeError, match="no_such_name"):
         glam.no_such_name  # noqa: B018
+
+
+# --------------------------------------------------------------------------------------------
+# Model code runs only when the user says so
+# --------------------------------------------------------------------------------------------
+
+_LOADERS = ("from_pretrained", "from_config")
+"""Methods through which transformers may import a `.py` file a folder's `auto_map` names (and,
+without a `trust_remote_code`, ask "run custom code? [y/N]" on a terminal and run it on "y")."""
+_RUNS_NO_MODEL_CODE = {
+    "PeftModel": "peft reads adapter_config.json and the adapter weights onto a loaded model",
+    "SymbolicActorCritic": "glam's own network: glam_policy.json and safetensors",
+    "DRRNPolicy": "glam's own network: glam_policy.json and safetensors",
+    "policy_class": "glam.baselines.loading's call for the symbolic and DRRN policies (the "
+    "language model's call, beside it, passes trust_remote_code)",
+}
+"""Receivers of a loader call that load no model code, and why."""
+_OFF_BY_DEFAULT = {"LLMActorCritic"}
+"""glam's own loaders whose `trust_remote_code` is False unless given (checked below)."""
+
+
+def _loader_calls() -> list[tuple[str, str, bool]]:
+    """Every `X.from_pretrained(...)` / `X.from_config(...)` in glam/ and scripts/: (receiver,
+    `file:line`, whether it passes `trust_remote_code=` by name)."""
+    calls = []
+    for path in sorted([*GLAM.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _LOADERS
+            ):
+                named = any(keyword.arg == "trust_remote_code" for keyword in node.keywords)
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                calls.append((ast.unparse(node.func.value), where, named))
+    return calls
+
+
+def _default_of(path: Path, function: str, argument: str) -> object:
+    """The default value of `argument` of the `function` defined in `path` (read, not run)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            args = node.args
+            positional = args.posonlyargs + args.args
+            tail = positional[len(positional) - len(args.defaults) :]
+            pairs = list(zip(tail, args.defaults, strict=True))
+            pairs += [
+                (a, d)
+                for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                if d is not None
+            ]
+            for arg, default in pairs:
+                if arg.arg == argument:
+                    return ast.literal_eval(default)
+    raise AssertionError(f"{path}: no {function}({argument}=...)")
+
+
+def test_every_model_and_tokenizer_load_says_whether_model_code_may_run() -> None:
+    """`trust_remote_code` is passed by name at every transformers load (a BC folder's or a
+    .gguf file's tokenizer_config.json that auto_maps a .py file once ran it on a "y"); a new
+    call that forgets it fails here."""
+    calls = _loader_calls()
+    receivers = {receiver for receiver, _, _ in calls}
+    assert {"AutoTokenizer", "AutoConfig", "AutoModelForCausalLM"} <= receivers  # the reader works
+    silent = [
+        f"{where}: {receiver}.from_...(...) without trust_remote_code="
+        for receiver, where, named in calls
+        if not named and receiver not in _RUNS_NO_MODEL_CODE and receiver not in _OFF_BY_DEFAULT
+    ]
+    assert not silent, "loads that leave model code to transformers' prompt:\n" + "\n".join(silent)
+    # glam's own loaders called without it default to False, never to the folder's say.
+    policy = GLAM / "policy" / "llm_policy.py"
+    assert _default_of(policy, "from_pretrained", "trust_remote_code") is False
+    assert _default_of(GLAM / "models" / "loading.py", "load_model", "trust_remote_code") is False
+    config = ast.parse((GLAM / "config.py").read_text())
+    (model_config,) = [
+        node
+        for node in ast.walk(config)
+        if isinstance(node, ast.ClassDef) and node.name == "ModelConfig"
+    ]
+    (field,) = [
+        node
+        for node in model_config.body
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "trust_remote_code"
+    ]
+    assert ast.literal_eval(field.value) is False  # what LLMActorCritic.from_config reads
+
+
+# --------------------------------------------------------------------------------------------
+# One error format for every script
+# --------------------------------------------------------------------------------------------
+
+_OWN_STDERR: dict[str, str] = {}
+"""Scripts allowed to print their errors themselves, with the reason (none today)."""
+
+
+def test_scripts_report_bad_input_through_one_function() -> None:
+    """Every script prints its errors with `glam.cli` (`error: MESSAGE`, exit 2; 1 for a bad
+    config), never with a `print(..., file=sys.stderr)` of its own, nor argparse's `prog:
+    error:` for anything but the command line's own syntax."""
+    own = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        if path.name in _OWN_STDERR:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "print"
+                and any(k.arg == "file" and "stderr" in ast.unparse(k.value) for k in node.keywords)
+            ):
+                own.append(f"scripts/{path.name}:{node.lineno}")
+    assert not own, "scripts printing errors themselves (use glam.cli):\n" + "\n".join(own)

@@ -308,7 +308,8 @@ def test_a_bot_teacher_makes_the_student_agree_with_the_bot(
         total = row["agreement_in_view"] * in_view + row["agreement_out_of_view"] * rest
         assert total == pytest.approx(row["agree"])
     assert "| agreement with the bot (95% Wilson) |" in (out / "agreement.md").read_text()
-    assert module.main([str(tmp_path), *args]) == 2  # a folder without a run's config
+    assert module.main([str(tmp_path), *args, "--overwrite"]) == 2  # a folder without a config
+    assert "is not a run folder with a checkpoint" in capsys.readouterr().err
     assert module.main([str(tmp_path / "taught"), "--level", "BabyAI-Nope-v0"]) == 2
     assert "unknown level 'BabyAI-Nope-v0'" in capsys.readouterr().err
 

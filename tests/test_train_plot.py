@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import plot_learning_curve  # noqa: E402
 from plot_learning_curve import moving_average  # noqa: E402
 
 
@@ -65,3 +66,35 @@ def test_plot_refuses_a_run_with_no_logged_update(metrics: str | None, tmp_path:
     expected = "has no metrics.csv" if metrics is None else "metrics.csv is empty"
     assert expected in result.stderr
     assert not (tmp_path / "learning_curve.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "is not a metrics.csv of a training run ('utf-8' codec"),
+        (b"update,frames\n1,abc\n", "is not a metrics.csv of a training run (could not convert"),
+        (b"update,frames\n1,8,9,10\n", "is not a metrics.csv of a training run ("),
+        (b"update,success\n1,0.5\n", "has no frames column: not a metrics.csv of a training run"),
+    ],
+    ids=["binary", "text_value", "ragged_row", "no_frames"],
+)
+def test_plot_names_a_metrics_file_it_cannot_read(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Wrong or binary input was a raw traceback (UnicodeDecodeError, ValueError, KeyError)."""
+    (tmp_path / "metrics.csv").write_bytes(content)
+    with pytest.raises(SystemExit) as stopped:
+        plot_learning_curve.main([str(tmp_path)])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'metrics.csv'}") and message in err
+    assert not (tmp_path / "learning_curve.png").exists()
+
+
+def test_plot_refuses_an_out_that_is_a_folder_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        plot_learning_curve.main([str(tmp_path / "no-run"), "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"error: --out='{tmp_path}' is a folder: name a file\n"

@@ -347,7 +347,8 @@ def test_output_dir_that_is_a_file_fails_clearly(tmp_path: Path) -> None:
     result = train(tmp_path / "file")
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        f"error: train.output_dir={str(tmp_path / 'file')!r} is a file, not a folder"
+        f"error: train.output_dir={str(tmp_path / 'file')!r} is a file, not a folder: choose "
+        "another train.output_dir"
     )
 
 

@@ -436,7 +436,6 @@ def build_drrn_training(
         state,
         num_updates,
         frames_per_update,
-        fresh=resume_from is None,
         title="DRRN",
     )
     return DRRNTraining(

@@ -3,6 +3,7 @@
 | `kind` | class | reads |
 |---|---|---|
 | absent or `llm` | `glam.policy.llm_policy.LLMActorCritic` | the prompt |
+| `generate` | `glam.policy.writer.WritingActorCritic` | the prompt (it writes its action) |
 | `symbolic` | `glam.baselines.symbolic.SymbolicActorCritic` | minigrid's grid and the mission |
 | `drrn` | `glam.baselines.drrn.DRRNPolicy` | the prompt |
 
@@ -26,6 +27,7 @@ __all__ = ["POLICY_CLASSES", "load_policy", "policy_kind", "read_policy_config"]
 
 POLICY_CLASSES: dict[str, str] = {
     "llm": "glam.policy.llm_policy:LLMActorCritic",
+    "generate": "glam.policy.writer:WritingActorCritic",
     "symbolic": "glam.baselines.symbolic:SymbolicActorCritic",
     "drrn": "glam.baselines.drrn:DRRNPolicy",
 }
@@ -75,7 +77,7 @@ def load_policy(
             "installation of glam does not have"
         ) from None
     policy_class = getattr(module, class_name)
-    if kind == "llm":
+    if kind in ("llm", "generate"):
         return policy_class.from_pretrained(
             path, trust_remote_code=trust_remote_code, training_env=training_env
         )

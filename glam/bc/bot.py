@@ -207,18 +207,20 @@ def collect_bot_demos(
 def save_bot_demos(config: DemosConfig, *, progress: bool = True) -> tuple[Dataset, dict[str, Any]]:
     """Collect bot demonstrations as `config` says and save them to `config.output_dir`.
 
-    The folder is checked first (an existing one is an error unless `config.overwrite`) and
-    written atomically at the end; a failure in between writes nothing.
+    The folder is checked first (`glam.outputs.check_output_dir`: an earlier dataset there is an
+    error unless `config.overwrite`, anything else always is) and written atomically at the end;
+    a failure in between writes nothing.
 
     Returns:
         The saved dataset and the collection statistics.
     """
-    tokenizer = None
-    if config.prompt_format == "chat":
-        _, tokenizer = load_model(config.chat_model)
+    # The folder first: a file or a run folder there stops the script before the model loads.
     writer = DemoWriter(
         config.output_dir, metadata={**asdict(config), "source": "bot"}, overwrite=config.overwrite
     )
+    tokenizer = None
+    if config.prompt_format == "chat":
+        _, tokenizer = load_model(config.chat_model)
     unit = "pairs" if config.pairs is not None else "episodes"
     with Progress(
         TextColumn("[bold]bot demos[/] {task.description}"),

@@ -8,8 +8,10 @@ misspelt key fails at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from glam.config import ModelConfig, hydra_schema
+from glam.outputs import BC_POLICY, check_output_dir
 
 BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
     {
@@ -102,7 +104,8 @@ class BCConfig:
     `config.yaml` go."""
     overwrite: bool = False
     """Replace a BC policy already saved in `output_dir`; false refuses to start when the
-    folder already holds one."""
+    folder already holds one. A folder holding anything else (a training run, a dataset, other
+    files) is refused either way."""
     max_pairs: int | None = None
     """Use only the first this many pairs of the dataset (None: all)."""
     eval_fraction: float = 0.2
@@ -170,6 +173,20 @@ class BCConfig:
             value = getattr(self, name)
             if value is not None:
                 _check_positive(f"bc.{name}", value)
+
+    def check_output_dir(self) -> Path:
+        """`glam.outputs.check_output_dir` on `output_dir`, before anything loads.
+
+        Raises:
+            glam.outputs.OutputDirError: naming the problem and what to do.
+        """
+        return check_output_dir(
+            self.output_dir,
+            BC_POLICY,
+            key="bc.output_dir",
+            overwrite=self.overwrite,
+            overwrite_key="bc.overwrite",
+        )
 
 
 @hydra_schema("bc_schema")

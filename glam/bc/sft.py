@@ -33,11 +33,11 @@ from trl import SFTConfig, SFTTrainer
 from babyai_text.actions import ActionSpace, get_action_space
 from glam.bc.config import BCRunConfig
 from glam.bc.episodes import greedy_success_rate
-from glam.config import refuse_used_output_dir
 from glam.demos import DemoDatasetError, demo_metadata, load_demos
 from glam.models.loading import load_model
+from glam.models.precision import gpu_mixed_precision
 from glam.policy.adapters import apply_lora
-from glam.policy.bc_policy import BC_OUTPUT_FILES, BC_POLICY_FILE, BCPolicyInfo
+from glam.policy.bc_policy import BC_POLICY_FILE, BCPolicyInfo
 from glam.scoring import score_actions, tokenize_candidates
 
 __all__ = [
@@ -309,7 +309,9 @@ def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
         report_to=bc.report_to,
         seed=bc.seed,
         data_seed=bc.seed,
-        bf16=model.autocast_bf16 is True,  # null (auto) is the PPO trainer's; off here
+        # null (auto): bf16 on a GPU that computes it natively, fp32 on the CPU (BC's figures)
+        bf16=gpu_mixed_precision(model.autocast_bf16)[0],
+        tf32=gpu_mixed_precision(model.autocast_bf16)[1] or None,  # None: torch's default
         activation_checkpointing=model.gradient_checkpointing,
         disable_tqdm=not bc.progress,
     )
@@ -319,17 +321,15 @@ def train_bc(run: BCRunConfig) -> BCResult:
     """Clone the demonstrations of `run.bc.dataset` into `run.model`; save and return the policy.
 
     Raises:
-        FileExistsError: `bc.output_dir` already holds a BC policy and `bc.overwrite` is false
-            (checked first, before anything is loaded).
+        glam.outputs.OutputDirError: `bc.output_dir` cannot take the policy: a file, not
+            writable, holding a training run or another output, not empty; an
+            `OutputExistsError` (a `FileExistsError`) when it holds a BC policy and `bc.overwrite`
+            is false (checked first, before anything is loaded).
         DemoDatasetError: the dataset is missing, empty, malformed, cannot be split, has a pair
             longer than `bc.max_length`, or spans several levels with no `bc.success_level`.
     """
     bc = run.bc
-    output_dir = Path(bc.output_dir)
-    if not bc.overwrite:
-        refuse_used_output_dir(
-            output_dir, BC_OUTPUT_FILES, key="bc.output_dir", overwrite_key="bc.overwrite"
-        )
+    output_dir = bc.check_output_dir()
     pairs = load_demos(bc.dataset)
     if bc.max_pairs is not None:
         pairs = pairs.select(range(min(bc.max_pairs, len(pairs))))

@@ -9,6 +9,7 @@ print (`dry_run`) or submit the jobs in order, or run them on this machine
 
 from __future__ import annotations
 
+import difflib
 import shlex
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from babyai_text.actions import ACTION_SPACES
+from babyai_text.env import known_level_ids
 from glam.campaign.config import REPO_ROOT, CampaignError, load_campaign
 from glam.campaign.jobs import Job, plan_jobs
 from glam.campaign.local import plan_local, run_local
 from glam.config import ConfigError, compose_config
+from glam.models.specs import model_spec_problem
 
 
 def compose_jobs(jobs: Sequence[Job]) -> tuple[list[Any], list[str]]:
@@ -28,7 +32,8 @@ def compose_jobs(jobs: Sequence[Job]) -> tuple[list[Any], list[str]]:
 
     Each job's config is composed from its preset and overrides and validated against the
     schema of the script the job runs (`ENTRY_POINTS`): unknown keys (a misspelt grid key), an
-    unknown preset, and values that fail a check are all found here, before any job starts.
+    unknown preset, values that fail a check, and levels, action spaces and models that do not
+    exist (`setting_problems`) are all found here, before any job starts.
     """
     configs = []
     labels_by_error: dict[str, list[str]] = {}
@@ -36,14 +41,38 @@ def compose_jobs(jobs: Sequence[Job]) -> tuple[list[Any], list[str]]:
         config = job.config
         try:
             schema = config.entry.load_schema()
-            configs.append(
-                compose_config(config.preset, config.overrides, schema, config.config_dir)
-            )
+            composed = compose_config(config.preset, config.overrides, schema, config.config_dir)
+            problems = setting_problems(composed)
         except ConfigError as error:
-            configs.append(None)
-            labels_by_error.setdefault(str(error), []).append(job.label)
+            composed, problems = None, [str(error)]
+        configs.append(None if problems else composed)
+        for problem in problems:
+            labels_by_error.setdefault(problem, []).append(job.label)
     errors = [f"{', '.join(labels)}: {error}" for error, labels in labels_by_error.items()]
     return configs, errors
+
+
+def setting_problems(config: Any) -> list[str]:
+    """What in a job's validated config names nothing that exists: a level, an action space, a
+    model (`glam.models.specs.model_spec_problem`). The schemas check types and ranges only; a
+    misspelt level would otherwise pass `--dry-run` and fail on the cluster, job after job."""
+    problems = []
+    levels = [("env.name", getattr(getattr(config, "env", None), "name", None))]
+    levels.append(("eval.level", getattr(getattr(config, "eval", None), "level", None)))
+    known = set(known_level_ids())
+    for key, level in levels:
+        if level is not None and level not in known:
+            close = difflib.get_close_matches(level, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"{key}={level!r} is not a BabyAI level{hint}")
+    space = getattr(getattr(config, "env", None), "action_space", None)
+    if space is not None and space not in ACTION_SPACES:
+        problems.append(f"env.action_space={space!r} is not one of {sorted(ACTION_SPACES)}")
+    policy = getattr(getattr(config, "policy", None), "kind", None)
+    model = getattr(getattr(config, "model", None), "name_or_path", None)
+    if policy == "llm" and model is not None and (problem := model_spec_problem(model)):
+        problems.append(f"model.name_or_path: {problem}")
+    return problems
 
 
 def check_jobs(jobs: Sequence[Job]) -> list[str]:

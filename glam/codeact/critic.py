@@ -10,6 +10,9 @@ agent hears about it, and the record of the outer iteration.
   whose code was generated is **rewritten** instead (its errors go back to the code writer),
   since library code would only fail the same way again, but only once: a rewritten action
   that keeps failing is dropped; every other action is **kept**.
+- `Critic` applies `judge`; `glam.codeact.chat_critic.ChatCritic` (`codeact.critic=chat`) asks
+  a chat model instead, as RL-GPT's critic is a language model, and falls back on `judge` for
+  an action it leaves undecided.
 - `Feedback` is what the slow agent reads before the next iteration: per coded action its uses,
   finished executions, failures by kind, last errors and the decision; and the names whose code
   was refused before the phase (`glam.codeact.writer`), with the reason.
@@ -34,6 +37,7 @@ from glam.codeact.env import CodedActionStats
 __all__ = [
     "VERDICTS",
     "ActionReport",
+    "Critic",
     "CriticRules",
     "Decision",
     "Feedback",
@@ -103,6 +107,23 @@ def judge(
             reason = f"used {entry.uses} times, finished {entry.finished}, failed {failed}"
             decisions[name] = Decision("keep", reason)
     return decisions
+
+
+class Critic:
+    """Decides what becomes of each coded action after a phase: here by `judge`'s rules (the
+    default, `codeact.critic=rules`)."""
+
+    name = "rules"
+    """`rules` or `chat`: in the iteration records."""
+
+    def decide(
+        self,
+        stats: Mapping[str, CodedActionStats],
+        rules: CriticRules | None = None,
+        rewritable: Collection[str] = (),
+    ) -> dict[str, Decision]:
+        """The decision on each coded action of `stats` (the arguments of `judge`)."""
+        return judge(stats, rules, rewritable)
 
 
 def total_stats(
@@ -213,11 +234,17 @@ class Iteration:
     """The run's frames when the phase was reviewed (None before)."""
     rewritten: list[str] = field(default_factory=list)
     """Actions of the previous iteration whose code was written again for this one."""
+    critic: str = "rules"
+    """Who decided (`Critic.name`: `rules` or `chat`)."""
 
     def review(
-        self, stats: Mapping[str, CodedActionStats], rules: CriticRules | None = None
+        self,
+        stats: Mapping[str, CodedActionStats],
+        rules: CriticRules | None = None,
+        critic: Critic | None = None,
     ) -> Feedback:
-        """Record the phase's statistics and the critic's decisions; the slow agent's feedback.
+        """Record the phase's statistics and the critic's decisions (`critic`, by default the
+        rules); the slow agent's feedback.
 
         Generated actions are rewritable once: not library ones, nor those whose code was
         already rewritten for this iteration (failing again, they are dropped; `judge`).
@@ -231,7 +258,9 @@ class Iteration:
             for name, origin in self.origins.items()
             if origin == "generated" and name not in self.rewritten
         }
-        self.decisions = judge(stats, rules, rewritable)
+        critic = critic or Critic()
+        self.decisions = critic.decide(stats, rules, rewritable)
+        self.critic = critic.name
         self.stats = {name: stats_record(entry) for name, entry in stats.items()}
         return self.feedback()
 

@@ -31,7 +31,15 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
 from glam.baselines.symbolic import SymbolicActorCritic
-from glam.codeact.critic import CriticRules, Decision, Iteration, load_iterations, total_stats
+from glam.codeact.chat_critic import ChatCritic
+from glam.codeact.critic import (
+    Critic,
+    CriticRules,
+    Decision,
+    Iteration,
+    load_iterations,
+    total_stats,
+)
 from glam.codeact.env import CodedActionsEnv, open_sandbox
 from glam.codeact.loop import OuterLoop, slot_changes
 from glam.codeact.planner import (
@@ -77,6 +85,7 @@ class CodeactHook(TrainerHook):
         self.sandbox: Sandbox | None = None
         self.loop: OuterLoop | None = None
         self._closers: list[Callable[[], None]] = []
+        self._chat: OpenAIChatClient | None = None
         self._counted = (0, 0, 0)  # coded uses, failed uses, coded frames at the last update
         self._changed = 0
 
@@ -175,6 +184,11 @@ class CodeactHook(TrainerHook):
         cfg, run = self.cfg, self.run_cfg
         family = sample_family(run.env.name, cfg.family_episodes, seed=run.train.seed)
         rules = CriticRules(max_failure_rate=cfg.max_failure_rate, min_uses=cfg.min_uses)
+        critic = (
+            ChatCritic(self._chat_client(), family, seed=run.train.seed)
+            if cfg.critic == "chat"
+            else Critic()
+        )
         return OuterLoop(
             family,
             self._chooser(),
@@ -182,6 +196,7 @@ class CodeactHook(TrainerHook):
             cfg.num_actions,
             rules=rules,
             folder=self.folder,
+            critic=critic,
         )
 
     def _chooser(self) -> ActionChooser:
@@ -204,7 +219,10 @@ class CodeactHook(TrainerHook):
         return LibraryWriter()
 
     def _chat_client(self) -> OpenAIChatClient:
-
+        """The one client of `codeact.base_url`, shared by the chooser, the writer and the
+        critic that ask it (created at the first ask, closed with the hook)."""
+        if self._chat is not None:
+            return self._chat
         client = OpenAIChatClient(
             ClientConfig(
                 backend="openai",
@@ -217,6 +235,7 @@ class CodeactHook(TrainerHook):
             )
         )
         self._closers.append(client.close)
+        self._chat = client
         return client
 
     def after_update(
@@ -298,6 +317,7 @@ class CodeactHook(TrainerHook):
         for close in self._closers:
             close()
         self._closers = []
+        self._chat = None
 
 
 def _primitive_words(cfg: TrainingRunConfig) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from glam.codeact.critic import CriticRules, Feedback, Iteration
+from glam.codeact.critic import Critic, CriticRules, Feedback, Iteration
 from glam.codeact.env import CodedActionStats
 from glam.codeact.planner import ActionChooser, MissionFamily
 from glam.codeact.writer import ActionWriter, refusals, sources
@@ -46,6 +46,7 @@ class OuterLoop:
         *,
         rules: CriticRules | None = None,
         folder: str | Path | None = None,
+        critic: Critic | None = None,
     ) -> None:
         """
         Args:
@@ -54,6 +55,7 @@ class OuterLoop:
             num_actions: the coded-action slots.
             rules: when the critic judges an action failing.
             folder: where each iteration is saved (`iteration_<k>.json`); None: nowhere.
+            critic: who decides after each phase (None: the rules, `Critic`).
         """
         if num_actions < 1:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
@@ -62,6 +64,7 @@ class OuterLoop:
         self.writer = writer
         self.num_actions = num_actions
         self.rules = rules or CriticRules()
+        self.critic = critic or Critic()
         self.folder = None if folder is None else Path(folder)
         self.iterations: list[Iteration] = []
 
@@ -182,7 +185,7 @@ class OuterLoop:
         """Record the current phase's statistics and the critic's decisions (saved); the
         feedback for the next iteration."""
         iteration = self.current
-        feedback = iteration.review(stats, self.rules)
+        feedback = iteration.review(stats, self.rules, self.critic)
         iteration.end_frames = end_frames
         self.save(iteration)
         return feedback

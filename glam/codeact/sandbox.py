@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import operator
 import os
+import pickle
 import resource
 import signal
 import sys
@@ -358,7 +359,29 @@ def serve(conn: Any, cfg: SandboxConfig, parent_pid: int) -> None:
             if len(compiled) >= 256:  # a critic loop rewrites actions: keep the cache bounded
                 compiled.clear()
             compiled[source] = compile_action(source)
-        conn.send(_run(compiled[source], view, memory, cfg))
+        del request
+        conn.send_bytes(_reply_bytes(compiled[source], view, memory, cfg))
+
+
+def _reply_bytes(
+    compiled: tuple[CodeType | None, str | None],
+    view: dict[str, Any],
+    memory: dict[str, Any],
+    cfg: SandboxConfig,
+) -> bytes:
+    """The pickled reply to one call. A call whose memory or result is too large to check or to
+    pickle under the memory limit (`memory['x'] = 'a' * 300_000_000`) gets a `runtime` error
+    instead of killing the worker with a traceback on the learner's terminal."""
+    try:
+        return pickle.dumps(_run(compiled, view, memory, cfg))
+    except MemoryError:
+        pass
+    memory.clear()  # the call's large values go before anything else is allocated
+    message = (
+        f"MemoryError: the step's memory or returned value does not fit the memory limit of "
+        f"{cfg.memory_mb} MB once it is sent back"
+    )
+    return pickle.dumps(("runtime", message, {}, 0))
 
 
 def _run(

@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from glam.ask.mediated import MEDIATOR_ACTIONS
 from glam.baselines.loading import load_policy
 from glam.config import AskConfig, TeachConfig
+from glam.devices import unusable_gpu
 from glam.eval.agents import (
     Agent,
     BotAgent,
@@ -30,14 +31,17 @@ from glam.eval.config import DEFAULT_NBR_OBS, AgentConfig, GenerationConfig
 from glam.eval.generation import GenerationAgent
 from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.teacher_agent import TeacherAgent
+from glam.eval.writing_agent import WritingAgent
 from glam.llm.chat import ChatClient
 from glam.llm.config import ClientConfig
 from glam.llm.local import LocalChatClient
 from glam.llm.remote import OpenAIChatClient
 from glam.models.loading import DTYPES, load_model
+from glam.models.precision import use_tf32
 from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 from glam.policy.files import CheckpointError
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
+from glam.policy.writer import WritingActorCritic
 from glam.ppo.checkpoint import policy_dir
 from glam.scoring import score_candidates
 from glam.teach.hook import build_teacher
@@ -47,10 +51,20 @@ __all__ = ["agent_label", "build_agent", "resolve_device"]
 
 
 def resolve_device(device: str) -> torch.device:
-    """`auto` is CUDA when available, else the CPU."""
+    """`auto` is CUDA when available, else the CPU. On a GPU that has them, fp32 matrix
+    products run on TF32 tensor cores (`glam.models.precision.use_tf32`).
+
+    Raises:
+        ValueError: `auto` on a machine with a GPU that torch cannot use (`glam.devices`): the
+            evaluation would run on the CPU without a word.
+    """
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+        if (problem := unusable_gpu("agent.device=cpu")) is not None:
+            raise ValueError(f"agent.device=auto: {problem}")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    resolved = torch.device(device)
+    use_tf32(resolved)
+    return resolved
 
 
 def agent_label(cfg: AgentConfig) -> str:
@@ -130,7 +144,7 @@ def _teacher_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     teach = TeachConfig(teacher=cfg.teacher, model=cfg.model, temperature=cfg.temperature or 1.0)
     scorer = None
     if cfg.teacher == "llm":  # one model for every action space the suites use
-        scorer = LocalScorer.load(cfg.model)
+        scorer = LocalScorer.load(cfg.model, device=resolve_device(cfg.device))
 
     def factory(minigrid_actions: tuple[int, ...]):
         return build_teacher(teach, minigrid_actions, scorer=scorer)
@@ -155,7 +169,9 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
                 "ask.mode other than none), there is no planner to swap"
             )
         ask = _swap_planner(ask, cfg.planner, cfg.ask)
-    if isinstance(policy, LLMActorCritic):
+    if isinstance(policy, WritingActorCritic):  # it writes its actions (policy.kind=generate)
+        agent = _writing_checkpoint_agent(cfg, policy, greedy=greedy)
+    elif isinstance(policy, LLMActorCritic):
         agent = _llm_checkpoint_agent(cfg, policy, greedy=greedy)
     else:
         agent = _baseline_checkpoint_agent(cfg, policy, greedy=greedy)
@@ -166,6 +182,18 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         agent = CodeactAgent(agent, *coded)
     agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
     return agent
+
+
+def _writing_checkpoint_agent(
+    cfg: AgentConfig, policy: WritingActorCritic, *, greedy: bool
+) -> Agent:
+    """A policy that writes its action, in the prompt format it was trained with; the
+    evaluation's `agent.temperature` is its sampling temperature."""
+    if cfg.dtype != "float32":
+        policy.model.to(DTYPES[cfg.dtype])  # the value head stays in fp32
+    if cfg.temperature is not None:
+        policy.generation = replace(policy.generation, temperature=cfg.temperature)
+    return WritingAgent(agent_label(cfg), policy, greedy=greedy, batch_size=cfg.batch_size)
 
 
 def _llm_checkpoint_agent(cfg: AgentConfig, policy: LLMActorCritic, *, greedy: bool) -> Agent:
@@ -325,9 +353,13 @@ def _load_language_model(
         if not Path(cfg.path).is_dir():
             raise FileNotFoundError(f"agent.path={cfg.path!r} is not a folder (BC policy expected)")
         info = read_bc_policy_info(cfg.path)
-        model, tokenizer = load_bc_policy(cfg.path, dtype=cfg.dtype, merge=True)
+        model, tokenizer = load_bc_policy(
+            cfg.path, dtype=cfg.dtype, merge=True, trust_remote_code=_trust_remote_code(cfg)
+        )
     else:
-        model, tokenizer = load_model(cfg.model, dtype=cfg.dtype)
+        model, tokenizer = load_model(
+            cfg.model, dtype=cfg.dtype, trust_remote_code=_trust_remote_code(cfg)
+        )
     return model.to(resolve_device(cfg.device)).eval(), tokenizer, info
 
 

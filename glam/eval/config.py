@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from glam.config import DEFAULT_MODEL, AskConfig, hydra_schema
 from glam.llm.config import ClientConfig
+from glam.outputs import EVALUATION
 
 __all__ = [
     "AGENT_KINDS",
@@ -33,13 +34,7 @@ AGENT_KINDS: tuple[str, ...] = (
 )
 """Agents the harness can evaluate."""
 
-RESULT_FILES: tuple[str, ...] = (
-    "results.json",
-    "results.csv",
-    "results.md",
-    "results.png",
-    "episodes.jsonl",
-)
+RESULT_FILES: tuple[str, ...] = EVALUATION.files
 """What `glam.eval.harness.evaluate` writes into `eval.output_dir`, in this order; a folder holding
 any of them is refused (`eval.overwrite`), one holding them all is a finished evaluation."""
 

@@ -13,7 +13,6 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import babyai_text
-from glam.config import refuse_used_output_dir
 from glam.eval.agents import Agent
 from glam.eval.builders import build_agent
 from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
@@ -22,6 +21,7 @@ from glam.eval.generation import GenerationAgent
 from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.report import suite_record, write_results
 from glam.eval.suites import SuitePlan, get_suites
+from glam.outputs import EVALUATION, check_output_dir
 
 __all__ = ["RESULT_FILES", "evaluate", "run_tests"]
 
@@ -113,13 +113,19 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
     """Build the agent, play the suites, write results.*; return the results and their paths.
 
     Raises:
-        FileExistsError: `eval.output_dir` holds earlier results and `eval.overwrite` is false.
+        glam.outputs.OutputDirError: `eval.output_dir` cannot take the results (a file, not
+            writable, holding a training run or another output); an `OutputExistsError` (a
+            `FileExistsError`) when it holds earlier results and `eval.overwrite` is false.
         ValueError: an unknown suite or level.
     """
-    if not cfg.eval.overwrite:
-        refuse_used_output_dir(
-            cfg.eval.output_dir, RESULT_FILES, key="eval.output_dir", overwrite_key="eval.overwrite"
-        )
+    # Before anything is built or played: results that cannot be written are lost work.
+    check_output_dir(
+        cfg.eval.output_dir,
+        EVALUATION,
+        key="eval.output_dir",
+        overwrite=cfg.eval.overwrite,
+        overwrite_key="eval.overwrite",
+    )
     get_suites(cfg.eval.suites)  # unknown suite names fail here, before anything is loaded
     _check_levels(cfg)
     if cfg.eval.torch_threads:

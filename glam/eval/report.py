@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from glam.eval.stats import EpisodeResult, balrog_progress, summarize
 from glam.eval.suites import TASK_FAMILIES
+from glam.outputs import SUMMARY
 
 if TYPE_CHECKING:  # the episode loop imports every agent (torch, transformers): only its type here
     from glam.eval.episodes import SuiteRun
@@ -32,9 +33,11 @@ __all__ = [
     "AggregateRow",
     "NOT_APPLICABLE",
     "aggregate",
+    "check_baseline",
     "excluded_suites",
     "not_applicable",
     "find_results",
+    "read_results",
     "suite_record",
     "write_aggregate",
     "write_results",
@@ -42,8 +45,8 @@ __all__ = [
 ]
 
 RESULTS_FILE = "results.json"
-SUMMARY_FILES = ("summary.md", "summary.csv", "summary.png")
-"""What `write_aggregate` writes."""
+SUMMARY_FILES = SUMMARY.files
+"""What `write_aggregate` writes (`glam.outputs.SUMMARY`)."""
 _SUMMARY_FIELDS = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length", "episodes")
 _SETUP_FIELDS = ("level", "action_space", "prompt_format", "language")
 """What a suite played, in every table."""
@@ -411,6 +414,63 @@ def find_results(inputs: Iterable[str]) -> list[Path]:
             raise FileNotFoundError(f"no {RESULTS_FILE} found at {item!r}")
         found.extend(m for m in matches if m not in found)
     return found
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """One `results.json`, checked for what `aggregate` reads: a `label`, `eval.level`, and
+    `suites` whose records that ran have a numeric `success_rate` and `episodes`.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    where = f"{path} is not a results.json of scripts/post_training_tests.py"
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{where} ({_first_line(error)})") from None
+    suites = results.get("suites") if isinstance(results, dict) else None
+    if not isinstance(suites, dict):
+        raise ValueError(f"{where} (no `suites` object)")
+    if not isinstance(results.get("label"), str):
+        raise ValueError(f"{where} (no `label` text)")
+    if not isinstance(results.get("eval"), dict) or not isinstance(
+        results["eval"].get("level"), str
+    ):
+        raise ValueError(f"{where} (no `eval.level` text)")
+    for name, record in suites.items():
+        if not isinstance(record, dict):
+            raise ValueError(f"{where} (suite {name!r} is not an object)")
+        if not _ran(record):
+            continue
+        optional = [name for name in ("ci_low", "ci_high") if name in record]
+        for field_name in ("success_rate", "episodes", *optional):
+            value = record.get(field_name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(
+                    f"{where} (suite {name!r}: {field_name} is {value!r}, not a number)"
+                )
+    return results
+
+
+def check_baseline(results: Sequence[Mapping[str, Any]], baseline: str) -> None:
+    """Refuse a `baseline` suite that none of `results` played: every change would be blank.
+
+    Raises:
+        ValueError: naming the suites the results do hold.
+    """
+    played = {
+        name for result in results for name, record in result["suites"].items() if _ran(record)
+    }
+    if baseline not in played:
+        raise ValueError(
+            f"baseline={baseline!r} is not a suite any input played; they hold "
+            f"{', '.join(sorted(played)) or 'no suite that ran'}: pass one of them as baseline"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,48 @@
-"""Summary statistics of evaluation episodes: success rate with a Wilson interval, means, and
-BALROG's form of the same figures (mean progression and its standard error, in %)."""
+"""The statistics the reports and the docs rest on.
+
+- Over episodes: a success rate with its Wilson interval (`wilson_interval`, `summarize`), and
+  BALROG's form of the same figures (`balrog_progress`).
+- Over seeds (each seed one number, e.g. its held-out success rate): the mean with a Student-t
+  interval (`t_interval`; `seed_interval` clips it to [0, 1] for rates), and a two-sample test
+  of two groups of seeds (`compare_seeds`): Welch's t-test with its p-value, beside the exact
+  permutation test's. The unit of replication is the seed: the episodes of one seed share its
+  training, so pooling them gives an interval for that policy, not for the method.
+
+Why Welch is the test the docs read: with three seeds a side, an exact permutation test has
+C(6, 3) = 20 relabellings, so its two-sided p-value is never below 2 / 20 = 0.1 whatever the
+data: it cannot separate anything at 5%. Welch's test uses the spread of each group without
+assuming them equal (a method whose seeds agree and one whose seeds scatter are the usual case
+here), at the price of assuming seed means roughly normal; the permutation p-value is reported
+beside it as the assumption-free check. scipy is not a dependency: the t distribution is
+computed here (regularised incomplete beta by Lentz's continued fraction).
+"""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["EpisodeResult", "SuiteSummary", "balrog_progress", "summarize", "wilson_interval"]
+import numpy as np
+
+__all__ = [
+    "EpisodeResult",
+    "SeedComparison",
+    "SuiteSummary",
+    "balrog_progress",
+    "compare_seeds",
+    "one_sample_test",
+    "permutation_p_value",
+    "seed_interval",
+    "summarize",
+    "t_interval",
+    "t_quantile",
+    "t_two_sided_p",
+    "welch_test",
+    "wilson_interval",
+]
 
 Z_95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal."""
@@ -106,4 +141,190 @@ def summarize(results: Sequence[EpisodeResult]) -> SuiteSummary:
         mean_length=steps / n,
         episodes=n,
         invalid_action_rate=sum(r.invalid_actions for r in results) / max(steps, 1),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Over seeds: Student's t, Welch's test, the exact permutation test
+# ---------------------------------------------------------------------------------------------
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), by the continued fraction of
+    Numerical Recipes (modified Lentz), on the side where it converges fast."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast below this point only
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's T with `df` (> 0, not necessarily whole) degrees of
+    freedom."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    if math.isinf(t):
+        return 0.0
+    return _incomplete_beta(df / (df + t * t), df / 2, 0.5)
+
+
+@functools.cache
+def t_quantile(p: float, df: float) -> float:
+    """The `p` quantile (0.5 < p < 1) of Student's t with `df` degrees of freedom (bisection on
+    `t_two_sided_p`, to 1e-12)."""
+    if not 0.5 < p < 1 or not df > 0:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df > 0, got p={p}, df={df}")
+    tail = 2 * (1 - p)
+    low, high = 0.0, 1.0
+    while t_two_sided_p(high, df) > tail:
+        low, high = high, 2 * high
+    while high - low > 1e-12 * max(1.0, high):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_p(middle, df) > tail else (low, middle)
+    return (low + high) / 2
+
+
+def t_interval(
+    values: Sequence[float], bounds: tuple[float, float] | None = None
+) -> tuple[float, float, float]:
+    """`(mean, low, high)`: the mean of `values` and its 95% Student-t interval (NaN bounds for
+    a single value), clipped to `bounds` when given (a rate cannot leave [0, 1], and an interval
+    that does says only that the seeds are few and spread)."""
+    data = np.asarray(values, float)
+    mean = float(data.mean())
+    if len(data) < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(0.975, len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
+
+
+def seed_interval(rates: Sequence[float]) -> tuple[float, float, float]:
+    """`(mean, low, high)` of success rates over seeds: the t-interval clipped to [0, 1]."""
+    return t_interval(rates, bounds=(0.0, 1.0))
+
+
+def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """`(t, df, p)` of Welch's two-sample t-test of mean(a) = mean(b), two-sided.
+
+    Two groups without spread: p = 1 when their means are equal, 0 (t infinite) when not.
+    """
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError(f"Welch's test needs at least 2 values a group, got {len(x)} and {len(y)}")
+    va, vb = float(x.var(ddof=1)) / len(x), float(y.var(ddof=1)) / len(y)
+    difference = float(x.mean() - y.mean())
+    if va + vb == 0.0:
+        if difference == 0.0:
+            return 0.0, float(len(x) + len(y) - 2), 1.0
+        return math.copysign(math.inf, difference), float(len(x) + len(y) - 2), 0.0
+    t = difference / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
+    return t, df, t_two_sided_p(t, df)
+
+
+def one_sample_test(values: Sequence[float], reference: float) -> tuple[float, float, float]:
+    """`(t, df, p)` of the one-sample t-test of mean(values) = `reference`, two-sided: seeds
+    against an agent evaluated once on the same episodes (a deterministic rule, whose one
+    evaluation is all there is to it; its episodes' own sampling is not in the test).
+
+    Seeds without spread: p = 1 at the reference, 0 (t infinite) elsewhere.
+    """
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        raise ValueError(f"a one-sample test needs at least 2 values, got {len(x)}")
+    difference = float(x.mean()) - reference
+    spread = float(x.std(ddof=1)) / math.sqrt(len(x))
+    if spread == 0.0:
+        if difference == 0.0:
+            return 0.0, len(x) - 1.0, 1.0
+        return math.copysign(math.inf, difference), len(x) - 1.0, 0.0
+    t = difference / spread
+    return t, len(x) - 1.0, t_two_sided_p(t, len(x) - 1.0)
+
+
+PERMUTATION_EXACT_LIMIT = 200_000
+"""Relabellings enumerated exactly up to this many; beyond, 100,000 random ones (seeded)."""
+
+
+def permutation_p_value(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the permutation test of |mean(a) - mean(b)|: the share of the
+    relabellings of the pooled values into groups of the same sizes whose difference is at
+    least the observed one (the observed labelling included). Exact below
+    `PERMUTATION_EXACT_LIMIT` relabellings; the smallest possible value is 2 / C(n, len(a))
+    (0.1 for three seeds a side)."""
+    pooled = np.asarray([*a, *b], float)
+    n, k = len(pooled), len(a)
+    if k < 1 or n - k < 1:
+        raise ValueError("the permutation test needs at least one value a group")
+    total = pooled.sum()
+    observed = abs(pooled[:k].mean() - pooled[k:].mean())
+    tolerance = 1e-12 * max(1.0, float(np.abs(pooled).max()))
+    if math.comb(n, k) <= PERMUTATION_EXACT_LIMIT:
+        sums = np.array([pooled[list(rows)].sum() for rows in itertools.combinations(range(n), k)])
+        differences = np.abs(sums / k - (total - sums) / (n - k))
+        return float(np.mean(differences >= observed - tolerance))
+    generator = np.random.default_rng(0)
+    draws = 100_000
+    sums = np.array([generator.permutation(pooled)[:k].sum() for _ in range(draws)])
+    differences = np.abs(sums / k - (total - sums) / (n - k))
+    return float((np.sum(differences >= observed - tolerance) + 1) / (draws + 1))
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """Two groups of seeds compared: their means, Welch's test and the permutation test."""
+
+    mean_a: float
+    mean_b: float
+    t: float
+    df: float
+    p_welch: float
+    """Welch's two-sided p-value: what the docs' verdicts read (see the module docstring)."""
+    p_permutation: float
+    """The exact permutation test's two-sided p-value (no normality assumed)."""
+
+    @property
+    def difference(self) -> float:
+        return self.mean_a - self.mean_b
+
+    def separated(self, alpha: float = 0.05) -> bool:
+        """Whether Welch's test separates the groups at level `alpha`."""
+        return self.p_welch < alpha
+
+
+def compare_seeds(a: Sequence[float], b: Sequence[float]) -> SeedComparison:
+    """Welch's and the permutation test of group `a` against group `b` (one value a seed)."""
+    t, df, p = welch_test(a, b)
+    return SeedComparison(
+        mean_a=float(np.mean(a)),
+        mean_b=float(np.mean(b)),
+        t=t,
+        df=df,
+        p_welch=p,
+        p_permutation=permutation_p_value(a, b),
     )

@@ -5,8 +5,11 @@ first the server lists at `/v1/models`), the API key, time-outs and retries. A r
 fails with a connection error, a time-out, HTTP 408, 429 or 5xx is tried again after
 `delay * 2**(k-1)` seconds (k = 1, 2...), at most `max_retries` times; any other HTTP error (a
 bad request, an unknown model) fails at once with the server's message. Every wait is bounded: a
-server that accepts the connection and never answers costs `timeout` seconds per try, so a
-request gives up after at most `(1 + max_retries) * timeout` seconds plus the back-off.
+try that has no complete answer `timeout` seconds after it started fails (a deadline for the
+whole try, not for each read: a server that sends its answer a byte at a time cannot stretch
+it), so a request gives up after at most `(1 + max_retries) * timeout` seconds plus the
+back-off. An answer that is not what an OpenAI-compatible server sends (no JSON, a message
+content that is not text, token counts that are not numbers) is a `ChatClientError`.
 
 `OpenAIChatClient` writes answers: each conversation is one `POST {base_url}/chat/completions`
 with `model`, `messages`, `max_tokens`, `temperature` (unless None) and `seed`; a batch is sent
@@ -16,15 +19,18 @@ concurrently, one thread per conversation, so a server that batches (vLLM) sees 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import requests
+import urllib3
 
 from glam.llm.chat import ChatClient, ChatClientError, Completion, Message
 from glam.llm.config import ClientConfig
@@ -64,7 +70,8 @@ class OpenAIEndpoint:
         Args:
             base_url: the API's address, up to and including `/v1`.
             model_id: the model named in each request; empty: the first the server lists.
-            timeout: seconds to wait for the connection and for each read of an answer.
+            timeout: seconds a try may take in all, from the connection to the answer's last
+                byte.
             max_retries: tries after a failed one (connection, time-out, 408, 429, 5xx).
             delay: back-off before retry k is `delay * 2**(k-1)` seconds.
             api_key_env: environment variable holding a bearer key; empty: no key.
@@ -106,7 +113,8 @@ class OpenAIEndpoint:
             )
 
     def post(self, path: str, payload: dict[str, Any]) -> Any:
-        """The JSON answer to `POST {base_url}{path}`, with retries.
+        """The JSON answer to `POST {base_url}{path}` (or to `path` itself when it is a full
+        URL), with retries.
 
         Raises:
             ChatClientError: a refusal (HTTP 4xx other than 408 and 429), or retries exhausted.
@@ -135,24 +143,56 @@ class OpenAIEndpoint:
         return self.served_models[0]
 
     def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
-        url = self.base_url + path
+        """One try: the JSON answer, within `timeout` seconds in all.
+
+        The try runs in a helper thread that reads the answer chunk by chunk and gives up at the
+        deadline; this thread waits for it until then. A read blocked at the deadline (a server
+        silent in the middle of its headers) ends at most `timeout` later in the helper, which
+        nobody waits for (a daemon thread: it never holds up the interpreter's exit).
+        """
+        deadline = time.monotonic() + self.timeout
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                outcome["answer"] = self._request_until(method, path, payload, deadline)
+            except BaseException as error:  # noqa: BLE001  (handed to the waiting thread)
+                outcome["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="glam-http", daemon=True).start()
+        if not done.wait(max(0.0, deadline - time.monotonic()) + 0.05):
+            raise _Retryable(f"no complete answer within {self.timeout:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["answer"]
+
+    def _request_until(
+        self, method: str, path: str, payload: dict[str, Any] | None, deadline: float
+    ) -> Any:
+        # a full URL reaches a route beside /v1 (llama-cpp-python's /extras/tokenize)
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
         try:
-            response = self._session.request(
-                method, url, json=payload, timeout=(self.timeout, self.timeout)
-            )
-        except requests.Timeout as error:
+            with self._session.request(
+                method, url, json=payload, timeout=(self.timeout, self.timeout), stream=True
+            ) as response:
+                body = _read_before(response, deadline, self.timeout)
+        # urllib3's own errors come from reading the body ourselves (`_read_before`).
+        except (requests.Timeout, urllib3.exceptions.ReadTimeoutError) as error:
             raise _Retryable(f"no answer within {self.timeout:g} s") from error
-        except requests.ConnectionError as error:
+        except (requests.ConnectionError, urllib3.exceptions.HTTPError) as error:
             raise _Retryable(f"cannot connect ({_reason(error)})") from error
-        if response.status_code in _RETRIED_STATUS:
-            raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
-        if response.status_code >= 400:
+        status = response.status_code
+        if status in _RETRIED_STATUS:
+            raise _Retryable(f"HTTP {status}: {_server_message(body, response.reason)}")
+        if status >= 400:
             raise ChatClientError(
-                f"{method} {url} failed with HTTP {response.status_code}: "
-                f"{_server_message(response)}"
+                f"{method} {url} failed with HTTP {status}: {_server_message(body, response.reason)}"
             )
         try:
-            return response.json()
+            return json.loads(body)
         except ValueError as error:
             raise ChatClientError(f"{method} {url} answered with no JSON body") from error
 
@@ -245,24 +285,48 @@ class OpenAIChatClient(ChatClient):
         if seed is not None:
             payload["seed"] = int(seed)
         body = self.endpoint.post("/chat/completions", payload)
+        where = f"{self.base_url}/chat/completions"
         try:
             choice = body["choices"][0]
             text = choice["message"].get("content") or ""
             usage = body.get("usage") or {}
-            return Completion(
-                text=text,
-                finish_reason=str(choice.get("finish_reason") or "stop"),
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-            )
+            finish_reason = str(choice.get("finish_reason") or "stop")
         except (KeyError, IndexError, TypeError, AttributeError) as error:
             raise ChatClientError(
-                f"{self.base_url}/chat/completions answered without choices[0].message "
-                f"({error!r}): is it an OpenAI-compatible server?"
+                f"{where} answered without choices[0].message ({error!r}): is it an "
+                "OpenAI-compatible server?"
             ) from error
+        if not isinstance(text, str):
+            raise ChatClientError(
+                f"{where} answered a message content that is not text "
+                f"({type(text).__name__}: {str(text)[:80]!r}): is it an OpenAI-compatible server?"
+            )
+        if not isinstance(usage, dict):
+            raise ChatClientError(f"{where} answered a usage that is not an object: {usage!r:.80}")
+        counts = [usage.get(key, 0) for key in ("prompt_tokens", "completion_tokens")]
+        if not all(_is_count(n) for n in counts):
+            raise ChatClientError(
+                f"{where} answered token counts that are not counts (usage {usage!r:.120})"
+            )
+        return Completion(
+            text=text,
+            finish_reason=finish_reason,
+            prompt_tokens=int(counts[0]),
+            completion_tokens=int(counts[1]),
+        )
 
 
-def _reason(error: requests.ConnectionError) -> str:
+def _is_count(value: Any) -> bool:
+    """A whole number >= 0 (`12`, or `12.0` as some servers write it), not a bool or a text."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value >= 0
+        and float(value).is_integer()
+    )
+
+
+def _reason(error: Exception) -> str:
     """The operating system's reason inside a connection error ("[Errno 111] Connection
     refused"), else the whole message."""
     text = str(error)
@@ -270,12 +334,26 @@ def _reason(error: requests.ConnectionError) -> str:
     return found.group(0) if found else text
 
 
-def _server_message(response: requests.Response) -> str:
+def _read_before(response: requests.Response, deadline: float, timeout: float) -> bytes:
+    """The answer's body, read chunk by chunk until `deadline` (`time.monotonic`).
+
+    Raises:
+        _Retryable: the body was not complete at the deadline.
+    """
+    chunks = []
+    while chunk := response.raw.read1(1 << 16, decode_content=True):  # what has come, <= 64 kB
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise _Retryable(f"no complete answer within {timeout:g} s")
+    return b"".join(chunks)
+
+
+def _server_message(body: bytes, reason: str | None) -> str:
     """The error message an OpenAI-compatible server put in its body, else the body's start."""
     try:
-        body = response.json()
+        answer = json.loads(body)
     except ValueError:
-        return response.text[:300] or response.reason or ""
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message", body["error"]))
-    return str(body)[:300]
+        return body[:300].decode("utf-8", "replace") or reason or ""
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        return str(answer["error"].get("message", answer["error"]))
+    return str(answer)[:300]

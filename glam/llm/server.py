@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 2**20
 """Largest request body accepted (a conversation of 16 turns is a few kB)."""
 _ROLES = ("system", "user", "assistant")
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+"""The seeds `torch.manual_seed` takes; a larger one would fail inside generation (HTTP 500)."""
 
 
 class RequestError(ValueError):
@@ -145,8 +147,12 @@ class ChatServer:
             raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise RequestError(f"temperature must be a number in [0, 2], got {temperature!r}")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise RequestError(f"seed must be an integer, got {seed!r}")
+        if seed is not None and (
+            not isinstance(seed, int) or isinstance(seed, bool) or not SEED_MIN <= seed <= SEED_MAX
+        ):
+            raise RequestError(
+                f"seed must be an integer in [-2**63, 2**64 - 1] (torch's seeds), got {seed!r}"
+            )
         with self._generating:
             try:
                 (completion,) = self.client.generate(
@@ -318,6 +324,8 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError as error:
                 raise RequestError("Content-Length is not a number") from error
+            if length < 0:  # reading -n bytes reads to the end: a wait for a close never sent
+                raise RequestError(f"Content-Length is negative ({length})")
             if length > MAX_BODY_BYTES:
                 raise RequestError("request body too large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
             try:

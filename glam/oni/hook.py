@@ -18,12 +18,19 @@ The rollout buffer sees the mixed reward (what PPO learns from); the env's succe
 task's. Every label received is appended at once to `<run folder>/oni/labels_rank<r>.jsonl`
 (`{"goal", "event", "label"}` per line): what the judge said stays with the run, and a resumed
 run starts from those labels (its messages are not sent again; the classifier refits on them).
+
+With `oni.reward_model=ranking` (Motif's reward model) the annotator compares instead of labels:
+each new message is paired with `oni.ranking_pairs` earlier messages of its goal (drawn with the
+run's seed) and each pair is sent for a preference; the file's lines then also hold the second
+event (`"other"`), and the label is the preference for the first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +42,7 @@ import torch
 
 from babyai_text import TextEnvWrapper
 from glam.config import OniConfig
-from glam.oni.annotator import Annotator, Message
+from glam.oni.annotator import Annotator, Message, Pair
 from glam.oni.rewards import RewardModel, build_reward_model, decayed
 from glam.ppo.hooks import TrainerHook
 
@@ -100,17 +107,23 @@ class OniHook(TrainerHook):
         """
         Args:
             cfg: the `oni` settings (`reward_model` other than `none`).
-            seed: the classifier's initialisation and minibatches.
+            seed: the classifier's initialisation and minibatches, and the random labeller's
+                draws when `cfg.random_seed` is None.
             reward_model: built from `cfg` if None.
             make_annotator: starts the annotator (a test may give a slow or failing one).
         """
+        if cfg.random_seed is None:
+            cfg = dataclasses.replace(cfg, random_seed=seed)
         self.cfg = cfg
         self.reward_model = reward_model or build_reward_model(cfg, seed=seed)
         self._make_annotator = make_annotator
         self.annotator: Annotator | None = None
         self.seen: set[Message] = set()
-        """Every message met so far (each is sent to the annotator once)."""
-        self._outbox: list[Message] = []
+        """Every message met so far (each is sent to the annotator once, or paired once)."""
+        self._events_by_goal: dict[str, list[str]] = {}
+        """`ranking`: the events met under each goal, the partners of a new message's pairs."""
+        self._pair_rng = random.Random(seed)
+        self._outbox: list[Message | Pair] = []
         self._update_sums = [0.0, 0.0, 0.0]  # episodes, intrinsic, extrinsic
         self._latency_before = 0.0
         self._received_before = 0
@@ -127,18 +140,35 @@ class OniHook(TrainerHook):
         if path.exists():
             labels = read_labels(path)
             self.reward_model.add(labels)
-            self.seen.update(message for message, _ in labels)
+            for item, _ in labels:
+                for message in item if isinstance(item[0], tuple) else (item,):
+                    self._meet(message)
             self.reloaded = len(labels)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._labels_file = path.open("a")
         self.annotator = self._make_annotator(self.cfg)
 
     def reward(self, message: Message) -> float:
-        """`r_llm(message)` now (queued for labelling if never seen)."""
+        """`r_llm(message)` now (queued for labelling, or paired for comparing, if never seen)."""
+        if message not in self.seen:
+            if self.reward_model.learns_from_pairs:
+                self._outbox.extend(self._pairs_for(message))
+            else:
+                self._outbox.append(message)
+            self._meet(message)
+        return self.reward_model.reward(message)
+
+    def _meet(self, message: Message) -> None:
         if message not in self.seen:
             self.seen.add(message)
-            self._outbox.append(message)
-        return self.reward_model.reward(message)
+            self._events_by_goal.setdefault(message[0], []).append(message[1])
+
+    def _pairs_for(self, message: Message) -> list[Pair]:
+        """The new message against up to `oni.ranking_pairs` earlier events of its goal."""
+        goal, _ = message
+        earlier = self._events_by_goal.get(goal, [])
+        partners = self._pair_rng.sample(earlier, min(self.cfg.ranking_pairs, len(earlier)))
+        return [(message, (goal, event)) for event in partners]
 
     def episode_ended(self, intrinsic: float, extrinsic: float) -> None:
         """An env's episode ended with these sums of rewards (before the coefficients)."""
@@ -161,9 +191,14 @@ class OniHook(TrainerHook):
     def _save(self, labels: Sequence[tuple[Message, float]]) -> None:
         if self._labels_file is None:
             return
-        for (goal, event), label in labels:
-            self._labels_file.write(json.dumps({"goal": goal, "event": event, "label": label}))
-            self._labels_file.write("\n")
+        for item, label in labels:
+            if isinstance(item[0], tuple):  # a pair of one goal: its preference
+                (goal, event), (_, other) = item
+                row = {"goal": goal, "event": event, "other": other, "label": label}
+            else:
+                goal, event = item
+                row = {"goal": goal, "event": event, "label": label}
+            self._labels_file.write(json.dumps(row) + "\n")
         self._labels_file.flush()
 
     def after_step(self, actions: torch.Tensor, rewards: np.ndarray, dones: np.ndarray) -> None:
@@ -173,7 +208,8 @@ class OniHook(TrainerHook):
         self, training: Training, model: torch.nn.Module, metrics: dict[str, float]
     ) -> dict[str, float]:
         self.exchange()
-        fitted = self.reward_model.fit()
+        fitted = dict.fromkeys(self.reward_model.metric_names, math.nan)
+        fitted |= self.reward_model.fit()
         stats = self.annotator.stats
         received_now = stats.received - self._received_before
         latency_now = stats.latency_seconds - self._latency_before
@@ -221,13 +257,18 @@ def labels_path(run_dir: str | Path, rank: int = 0) -> Path:
     return Path(run_dir) / "oni" / f"labels_rank{rank}.jsonl"
 
 
-def read_labels(path: Path) -> list[tuple[Message, float]]:
-    """The labels of a labels file; a line cut short by a crash is skipped."""
-    labels = []
+def read_labels(path: Path) -> list[tuple[Message | Pair, float]]:
+    """The labels of a labels file (preferences of pairs where a line has `"other"`); a line
+    cut short by a crash is skipped."""
+    labels: list[tuple[Message | Pair, float]] = []
     for line in path.read_text().splitlines():
         try:
             row = json.loads(line)
-            labels.append(((row["goal"], row["event"]), float(row["label"])))
+            message = (row["goal"], row["event"])
+            if "other" in row:
+                labels.append(((message, (row["goal"], row["other"])), float(row["label"])))
+            else:
+                labels.append((message, float(row["label"])))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue
     return labels

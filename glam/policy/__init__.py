@@ -1,4 +1,5 @@
-"""The language-model policy: prompts, heads, adapters and the actor-critic around them.
+"""The language-model policy: prompts, heads, adapters and the actor-critics around them (one
+that scores the actions, `llm_policy`; one that writes its action, `writer`).
 
 The names below load on first use (PEP 562): a module of this package (`glam.policy.files`,
 `glam.policy.prompts`) imports without peft and transformers, which take seconds to import.
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from glam.policy.llm_policy import CheckpointError, LLMActorCritic
     from glam.policy.output import PolicyOutput
     from glam.policy.prompts import PromptHistory, build_prompt, chat_prompt, glam_prompt
+    from glam.policy.writer import WritingActorCritic
 
 _LAZY_NAMES = {
     "ActionHeads": "glam.policy.heads",
@@ -26,6 +28,7 @@ _LAZY_NAMES = {
     "build_prompt": "glam.policy.prompts",
     "chat_prompt": "glam.policy.prompts",
     "glam_prompt": "glam.policy.prompts",
+    "WritingActorCritic": "glam.policy.writer",
 }
 """Name -> the module that defines it."""
 
@@ -36,6 +39,7 @@ __all__ = [
     "PolicyOutput",
     "PromptHistory",
     "ValueHead",
+    "WritingActorCritic",
     "build_prompt",
     "chat_prompt",
     "glam_prompt",

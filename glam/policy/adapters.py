@@ -8,6 +8,7 @@ hence the table; families not in it fall back to peft's own table.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from transformers import PreTrainedModel
 
 from glam.config import AdapterConfig
 from glam.scoring import model_kind
+from glam.trunk import layer_stack, resolve_layers
 
 LORA_TARGETS: dict[str, list[str]] = {
     # Llama family (SmolLM2, Llama 2/3, Mistral, Qwen, Gemma...): separate q/k/v projections.
@@ -55,10 +57,26 @@ def default_lora_targets(model: PreTrainedModel) -> list[str]:
 
 
 def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
-    """Freeze `model` and wrap it with a trainable LoRA adapter described by `adapter`."""
+    """Freeze `model` and wrap it with a trainable LoRA adapter described by `adapter`.
+
+    `adapter.layers` puts it on some layers only (peft's `layers_to_transform`), counted in the
+    model's layer stack (`glam.trunk.layer_stack`: the decoder's for an encoder-decoder model,
+    whose encoder then gets none).
+
+    Raises:
+        ValueError: `adapter.layers` names layers the model does not have.
+    """
     task_type = (
         TaskType.SEQ_2_SEQ_LM if model_kind(model) == "encoder_decoder" else TaskType.CAUSAL_LM
     )
+    placement = {}
+    if adapter.layers is not None:
+        name, stack = layer_stack(model)
+        placement = {
+            "layers_to_transform": resolve_layers(adapter.layers, len(stack)),
+            # The stack's full name, so that an encoder's layers of the same name do not match.
+            "layers_pattern": re.escape(name),
+        }
     config = LoraConfig(
         r=adapter.r,
         lora_alpha=adapter.alpha,
@@ -67,6 +85,7 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
         # GPT-2's projections are Conv1D layers, whose weights are stored transposed.
         fan_in_fan_out=model.config.model_type == "gpt2",
         task_type=task_type,
+        **placement,
     )
     with quiet_peft():
         return get_peft_model(model, config)

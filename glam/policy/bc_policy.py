@@ -28,6 +28,7 @@ from peft import PeftModel
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.models.loading import load_model
+from glam.outputs import BC_POLICY
 from glam.policy.adapters import quiet_peft
 
 __all__ = [
@@ -39,16 +40,9 @@ __all__ = [
 ]
 
 BC_POLICY_FILE = "bc_policy.json"
-BC_OUTPUT_FILES = (
-    BC_POLICY_FILE,
-    "metrics.json",
-    "config.yaml",
-    "adapter_config.json",
-    "adapter_model.safetensors",
-    "config.json",
-    "model.safetensors",
-)
-"""Files of a saved BC policy; `train_bc` refuses a folder holding any of them."""
+BC_OUTPUT_FILES = BC_POLICY.files
+"""Files of a saved BC policy (`glam.outputs.BC_POLICY`); `train_bc` refuses a folder holding
+any of them unless `bc.overwrite`."""
 """Name of the JSON file describing a BC folder."""
 
 
@@ -111,6 +105,7 @@ def load_bc_policy(
     base_model: str | None = None,
     dtype: str | torch.dtype | None = None,
     merge: bool = False,
+    trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a BC folder as `(model, tokenizer)`, in eval mode.
 
@@ -119,21 +114,27 @@ def load_bc_policy(
         base_model: base model spec, overriding the one in `bc_policy.json` (e.g. a local copy).
         dtype: weights dtype; None: the dtype it was trained in.
         merge: fold the LoRA weights into the base model (faster, no longer a `PeftModel`).
+        trust_remote_code: run model or tokenizer code the folder names (an `auto_map` to a
+            `.py` file): the caller's decision (`agent.trust_remote_code`), never the folder's.
 
     Raises:
         FileNotFoundError: `folder` is not a BC folder.
+        ValueError: the folder's model or tokenizer needs its own code and `trust_remote_code`
+            is false (transformers' message).
     """
     info = read_bc_policy_info(folder)
     dtype = dtype or info.dtype
     if not info.adapter:
-        model, _ = load_model(str(folder), dtype=dtype)
+        model, _ = load_model(str(folder), dtype=dtype, trust_remote_code=trust_remote_code)
     else:
-        base, _ = load_model(base_model or info.base_model, dtype=dtype)
+        base, _ = load_model(
+            base_model or info.base_model, dtype=dtype, trust_remote_code=trust_remote_code
+        )
         with quiet_peft():
             model = PeftModel.from_pretrained(base, str(folder))
         if merge:
             model = model.merge_and_unload()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()

@@ -48,7 +48,15 @@ from glam.policy.files import (
 )
 from glam.policy.heads import ActionHeads, ValueHead
 from glam.policy.output import PolicyOutput
-from glam.scoring import prompt_hidden_states, score_candidates, unwrap_model
+from glam.scoring import (
+    TrunkCut,
+    model_kind,
+    prompt_hidden_states,
+    prompt_states,
+    score_candidates,
+    unwrap_model,
+)
+from glam.trunk import TrunkStates, layer_stack, trainable_layers
 
 HEADS_FILE = "heads.safetensors"
 
@@ -107,6 +115,8 @@ class LLMActorCritic(nn.Module):
             )
         if cfg.head == "action_heads" and not self.action_words:
             raise ValueError("head='action_heads' needs the action words (one logit per action)")
+        self.trunk_cut: TrunkCut | None = None
+        """Where the frozen trunk ends once `enable_trunk_cache` was called; None: off."""
         hidden_size = unwrap_model(model).config.get_text_config().hidden_size
         self.value_head = ValueHead(hidden_size, cfg.value_hidden_sizes, cfg.value_activation)
         self.action_heads = (
@@ -197,18 +207,30 @@ class LLMActorCritic(nn.Module):
                 )
 
     def forward(
-        self, prompts: list[str], candidates: list[list[str]] | None = None
+        self,
+        prompts: list[str],
+        candidates: list[list[str]] | None = None,
+        trunk: Sequence[TrunkStates] | None = None,
     ) -> PolicyOutput:
         """Action logits and values for a batch of prompts.
 
         `candidates[i]` are the actions available after `prompts[i]` (ragged lists allowed with
         `head="scoring"`); None means the action words for every prompt.
+
+        Once `enable_trunk_cache` was called, a forward without `trunk` returns the frozen
+        trunk's states of each prompt (`PolicyOutput.trunk`); a forward given them back as
+        `trunk` (same prompts and candidates, any batch) runs only the adapted layers, to the
+        same output.
         """
         cfg = self.policy_cfg
         if candidates is None:
             if not self.action_words:
                 raise ValueError("no candidates given and the policy has no action words")
             candidates = [self.action_words] * len(prompts)
+        cut = self.trunk_cut
+        if trunk is not None and cut is None:
+            raise ValueError("trunk states were given to a policy whose trunk cache is off")
+        cached = None if trunk is None else [states.hidden for states in trunk]
         if cfg.head == "scoring":
             with self._autocast():
                 scored = score_candidates(
@@ -218,19 +240,92 @@ class LLMActorCritic(nn.Module):
                     candidates,
                     cfg.normalization,
                     append_eos=cfg.append_eos,
+                    trunk_cut=cut,
+                    trunk=cached,
                 )
             logits, mask, hidden = scored.scores, scored.mask, scored.prompt_hidden
+            kept = scored.trunk
         else:
             self._check_action_candidates(prompts, candidates)
             with self._autocast():
-                hidden = prompt_hidden_states(self.model, self.tokenizer, prompts)
+                hidden, kept = prompt_states(
+                    self.model, self.tokenizer, prompts, trunk_cut=cut, trunk=cached
+                )
             logits = self.action_heads(hidden)
             mask = torch.ones_like(logits, dtype=torch.bool)
         if cfg.value_from_base:
-            with torch.no_grad(), self.model.disable_adapter(), self._autocast():
-                hidden = prompt_hidden_states(self.model, self.tokenizer, prompts)
+            if trunk is not None:  # the base's state is a fixed function of the prompt too
+                hidden = torch.stack([states.base_hidden for states in trunk]).to(hidden.device)
+            else:
+                with torch.no_grad(), self.model.disable_adapter(), self._autocast():
+                    hidden = prompt_hidden_states(self.model, self.tokenizer, prompts)
         logits = logits.float() / cfg.temperature  # -inf (absent candidates) stays -inf
-        return PolicyOutput(logits=logits, values=self.value_head(hidden), mask=mask)
+        kept_trunk = None
+        if kept is not None:
+            bases = hidden.detach() if cfg.value_from_base else [None] * len(kept)
+            kept_trunk = [TrunkStates(h, b) for h, b in zip(kept, bases, strict=True)]
+        return PolicyOutput(
+            logits=logits, values=self.value_head(hidden), mask=mask, trunk=kept_trunk
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # The frozen trunk (glam.trunk)
+    # ----------------------------------------------------------------------------------------
+
+    def trunk_cache_problem(self) -> str | None:
+        """Why the update cannot run from the frozen trunk's cached states (`glam.trunk`), or
+        None when it can: LoRA adapts only the top layers (a decoder-only model), or only the
+        decoder (an encoder-decoder model), and nothing below them is trained."""
+        if not isinstance(self.model, PeftModel):
+            return (
+                "the whole model is fine-tuned (model.lora.enabled=false): every layer changes "
+                "with each step, so there is no frozen trunk to keep"
+            )
+        base = unwrap_model(self.model)
+        if model_kind(base) == "encoder_decoder":
+            if any(p.requires_grad for p in base.get_encoder().parameters()):
+                return (
+                    "LoRA adapts the encoder: set model.lora.layers to adapt only the decoder's "
+                    "layers, and the encoder's output is kept instead"
+                )
+            return None
+        try:
+            name, stack = layer_stack(base)
+        except ValueError as error:
+            return str(error)
+        adapted = trainable_layers(stack)
+        if not adapted or adapted[0] == 0:
+            return (
+                "LoRA adapts the lowest layer (model.lora.layers=null adapts every layer): "
+                "nothing below it is frozen; set model.lora.layers=K to adapt the top K layers"
+            )
+        above = tuple(f"{name}.{i}." for i in range(adapted[0], len(stack)))
+        outside = sorted(
+            n for n, p in base.named_parameters() if p.requires_grad and not n.startswith(above)
+        )
+        if outside:
+            return (
+                f"a parameter outside the adapted layers is trained ({outside[0]}): the cache "
+                "needs everything but the top layers frozen"
+            )
+        return None
+
+    def enable_trunk_cache(self) -> TrunkCut:
+        """From now on, forwards keep the frozen trunk's states and take them back (`forward`).
+
+        Raises:
+            ValueError: the cache does not apply (`trunk_cache_problem` says why).
+        """
+        problem = self.trunk_cache_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        base = unwrap_model(self.model)
+        if model_kind(base) == "encoder_decoder":
+            self.trunk_cut = TrunkCut()
+        else:
+            _, stack = layer_stack(base)
+            self.trunk_cut = TrunkCut(layers=stack, first=trainable_layers(stack)[0])
+        return self.trunk_cut
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The parameters an optimiser should update (adapter or whole model, and the heads)."""

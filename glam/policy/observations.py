@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from glam.trunk import TrunkStates
+
 
 @dataclass
 class TextObservations:
@@ -21,6 +23,9 @@ class TextObservations:
 
     prompts: list[str]
     candidates: list[list[str]]
+    trunk: list[TrunkStates] | None = None
+    """What the policy's frozen trunk computed for each prompt in the rollout (`glam.trunk`),
+    handed back to it in the update; None: the policy computes everything again."""
 
     kind = "text"
 
@@ -30,20 +35,38 @@ class TextObservations:
     def select(self, positions: Sequence[int]) -> TextObservations:
         """The observations at `positions`, in that order."""
         return TextObservations(
-            [self.prompts[i] for i in positions], [self.candidates[i] for i in positions]
+            [self.prompts[i] for i in positions],
+            [self.candidates[i] for i in positions],
+            None if self.trunk is None else [self.trunk[i] for i in positions],
         )
 
     @classmethod
     def cat(cls, parts: Sequence[TextObservations]) -> TextObservations:
-        """The parts one after the other."""
+        """The parts one after the other (with the trunk states only if every part has them)."""
+        trunks = [part.trunk for part in parts]
         return cls(
             [p for part in parts for p in part.prompts],
             [c for part in parts for c in part.candidates],
+            None if any(t is None for t in trunks) else [s for t in trunks for s in t],
         )
+
+    def with_trunk(self, trunk: list[TrunkStates] | None) -> TextObservations:
+        """The same observations carrying `trunk` (one per prompt)."""
+        if trunk is not None and len(trunk) != len(self.prompts):
+            raise ValueError(f"{len(trunk)} trunk states for {len(self.prompts)} prompts")
+        return TextObservations(self.prompts, self.candidates, trunk)
+
+    @property
+    def trunk_nbytes(self) -> int:
+        """Bytes the trunk states take (0 without them)."""
+        return sum(states.nbytes for states in self.trunk or ())
 
     def inputs(self) -> dict[str, Any]:
         """The policy's keyword arguments (`LLMActorCritic.forward`)."""
-        return {"prompts": self.prompts, "candidates": self.candidates}
+        inputs: dict[str, Any] = {"prompts": self.prompts, "candidates": self.candidates}
+        if self.trunk is not None:
+            inputs["trunk"] = self.trunk
+        return inputs
 
 
 @dataclass

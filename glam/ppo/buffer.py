@@ -38,6 +38,9 @@ class Transitions:
     memories: torch.Tensor | None = None
     """`(batch, memory_size)` the memory the policy read at this step (a policy with memory);
     None for a policy without memory."""
+    mask: torch.Tensor | None = None
+    """`(batch,)` bool: the transitions the loss trains on (a group estimator leaves out the
+    steps of episodes the rollout cut, `glam.ppo.algorithms`); None: all of them."""
 
     def __len__(self) -> int:
         return len(self.observations)
@@ -54,6 +57,7 @@ class Transitions:
             extras={name: values[index] for name, values in self.extras.items()},
             dones=None if self.dones is None else self.dones[index],
             memories=None if self.memories is None else self.memories[index],
+            mask=None if self.mask is None else self.mask[index],
         )
 
 
@@ -145,16 +149,23 @@ class RolloutBuffer:
         return self.step == self.num_steps
 
     def reset(self) -> None:
-        """Empty the buffer for the next rollout."""
+        """Empty the buffer for the next rollout (and let go of the stored observations)."""
         self.step = 0
         self.final_values.zero_()
+        self.observations = [None] * self.num_steps
 
-    def transitions(self, advantages: torch.Tensor, returns: torch.Tensor) -> Transitions:
+    def transitions(
+        self,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> Transitions:
         """All stored steps as one flat batch: step-major (`t * num_envs + env`), or env-major
         (`env * num_steps + t`) when the policy has memory, so that consecutive steps of an env
         are consecutive positions (the update's sequences).
 
-        `advantages` and `returns` are `(steps, envs)`, as GAE computes them.
+        `advantages` and `returns` are `(steps, envs)`, as GAE computes them; `mask` `(steps,
+        envs)` the transitions to train on (None: all).
         """
         if not self.full:
             raise RuntimeError(f"rollout buffer holds {self.step} of {self.num_steps} steps")
@@ -176,6 +187,7 @@ class RolloutBuffer:
             extras={name: flat(values) for name, values in self.extras.items()},
             dones=flat(self.dones),
             memories=None if self.memories is None else flat(self.memories),
+            mask=None if mask is None else flat(mask),
         )
 
 

@@ -12,7 +12,8 @@ Layout of `RUN_DIR/checkpoints/`::
         trainer_state.json    counters (update, frames, episodes), world size
         config.yaml           the resolved config of the run that wrote it
         rank_0/               one folder per process:
-            rng.pt              python, numpy and torch RNG states (tensors and numbers only)
+            rng.pt              python, numpy and torch RNG states, and the process's own GPU's
+                                (tensors and numbers only)
             envs.json           the environments' seed schedule (`TextVectorEnv.state_dict`)
         manifest.json         every other file of the checkpoint with its size in bytes
     latest                    text file: the name of the newest complete checkpoint
@@ -32,12 +33,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import random
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,8 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType
 from omegaconf import OmegaConf
 from safetensors import SafetensorError
+
+from glam.ppo.errors import RunWriteError
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_POINTER = "latest"
@@ -69,7 +73,7 @@ class UnusableCheckpoint(ValueError):
     """A checkpoint that cannot be resumed: a file missing, truncated or unreadable (named)."""
 
 
-class CheckpointWriteError(RuntimeError):
+class CheckpointWriteError(RunWriteError):
     """A checkpoint could not be written (full disk, read-only folder...); nothing was kept."""
 
 
@@ -137,7 +141,13 @@ def policy_dir(run_dir_or_checkpoint: str | Path) -> Path:
     return checkpoint / "policy"
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's RNG states; on a GPU, its own device's generator only.
+
+    Not every visible GPU's (`get_rng_state_all`): a resume may see fewer GPUs than the launch
+    that wrote the checkpoint (one per task under SLURM's `--gpus-per-task=1`, where rank 3's
+    device is `cuda:0`), and restoring device 3's state there fails; a process draws on its own
+    device alone."""
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
@@ -145,19 +155,27 @@ def _rng_state() -> dict[str, Any]:
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    """Restore `_rng_state`'s states, the GPU's into this process's `device`."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is None or device.type != "cuda":
+        return
+    if isinstance(cuda, (list, tuple)):  # written before: every GPU the writer saw, by index
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= len(cuda):
+            return
+        cuda = cuda[index]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -247,7 +265,7 @@ def save_checkpoint(
     def write_rank_files() -> None:
         rank_dir = tmp / f"rank_{accelerator.process_index}"
         rank_dir.mkdir()
-        _torch_save(_rng_state(), rank_dir / "rng.pt")
+        _torch_save(_rng_state(accelerator.device), rank_dir / "rng.pt")
         (rank_dir / "envs.json").write_text(json.dumps(env_state, indent=1))
 
     def write_main_files() -> None:
@@ -493,8 +511,9 @@ def check_checkpoint(checkpoint: Path, *, deepspeed: bool = False) -> TrainerSta
     """
     if not checkpoint.is_dir():
         raise UnusableCheckpoint("the folder is missing")
-    if (checkpoint / MANIFEST).exists():  # absent from checkpoints written before manifests
-        _check_sizes(checkpoint, _read_json(checkpoint, MANIFEST).get("files"))
+    # Every checkpoint is published with its manifest: without it, no file's size can be
+    # checked, so a truncated file of any kind would pass.
+    _check_sizes(checkpoint, _read_json(checkpoint, MANIFEST).get("files"))
     state = _read_state(checkpoint)
     required = ["trainer_state.json", "config.yaml", "scheduler.json", "policy"]
     required += [
@@ -535,19 +554,35 @@ def check_checkpoint(checkpoint: Path, *, deepspeed: bool = False) -> TrainerSta
     return state
 
 
+_STATE_MINIMA = {"update": 0, "frames": 0, "episodes": 0, "elapsed_seconds": 0, "world_size": 1}
+"""The smallest value of each counter of `trainer_state.json` (all integers but the seconds)."""
+
+
 def _read_state(checkpoint: Path) -> TrainerState:
+    """The counters of `checkpoint`, each checked: a negative frame count resumed would train
+    the wrong number of updates and report wrong frames; a text would fail in the middle of the
+    run; an update that is not the folder's is a checkpoint copied or renamed by hand."""
     data = _read_json(checkpoint, "trainer_state.json")
-    names = {f.name for f in fields(TrainerState)}
-    try:
-        if set(data) != names:
-            raise ValueError(f"keys {sorted(data)}, expected {sorted(names)}")
-        state = TrainerState(**data)
-        if not (isinstance(state.update, int) and isinstance(state.world_size, int)):
-            raise ValueError("update and world_size must be integers")
-        if state.update < 0 or state.world_size < 1:
-            raise ValueError(f"update {state.update}, world_size {state.world_size}")
-    except (TypeError, ValueError) as error:
-        raise UnusableCheckpoint(f"trainer_state.json has unexpected content ({error})") from None
+    names = [f.name for f in fields(TrainerState)]
+    if set(data) != set(names):
+        raise UnusableCheckpoint(
+            f"trainer_state.json has unexpected content (keys {sorted(data)}, expected "
+            f"{sorted(names)})"
+        )
+    for name in names:
+        value, least = data[name], _STATE_MINIMA[name]
+        kind = "a number" if name == "elapsed_seconds" else "an integer"
+        number = isinstance(value, (int, float) if name == "elapsed_seconds" else int)
+        if isinstance(value, bool) or not number or not math.isfinite(value) or value < least:
+            raise UnusableCheckpoint(
+                f"trainer_state.json: {name} is {value!r}, it must be {kind} >= {least}"
+            )
+    state = TrainerState(**data)
+    named = _NAME.match(checkpoint.name)
+    if named and int(named[1]) != state.update:
+        raise UnusableCheckpoint(
+            f"trainer_state.json: update is {state.update}, but the folder is {checkpoint.name}"
+        )
     return state
 
 
@@ -589,8 +624,12 @@ def _first_line(error: BaseException) -> str:
 
 
 def read_trainer_state(checkpoint: Path) -> TrainerState:
-    """The counters saved in a checkpoint."""
-    return TrainerState(**json.loads((checkpoint / "trainer_state.json").read_text()))
+    """The counters saved in a checkpoint, checked as `check_checkpoint` checks them.
+
+    Raises:
+        UnusableCheckpoint: trainer_state.json is missing, unreadable or holds a bad value.
+    """
+    return _read_state(checkpoint)
 
 
 def load_training_state(
@@ -606,6 +645,12 @@ def load_training_state(
 
     The policy weights are loaded separately, before `accelerator.prepare` (see
     `glam.ppo.trainer.build_policy`). Returns the counters and this process's env state.
+
+    Raises:
+        UnusableCheckpoint: a file that passed `check_checkpoint` but does not load into this
+            run (its content: garbage of the right size, another optimizer's state), naming the
+            file and the newest older complete checkpoint, on one line (the caller names the
+            checkpoint).
     """
     state = read_trainer_state(checkpoint)
     if state.world_size != accelerator.num_processes:
@@ -613,18 +658,47 @@ def load_training_state(
             f"checkpoint {checkpoint} was written by {state.world_size} processes, this run has "
             f"{accelerator.num_processes}: resume with the same number of processes"
         )
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        _load_deepspeed_state(model, checkpoint)
-    else:
-        # Saved from the CPU; load_state_dict moves the moments to the parameters' device.
-        optimizer.load_state_dict(
-            torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+    deepspeed = accelerator.distributed_type == DistributedType.DEEPSPEED
+    rank_dir = f"rank_{accelerator.process_index}"
+    with _naming_the_file(checkpoint, f"{DEEPSPEED_DIR}/{DEEPSPEED_TAG}", deepspeed):
+        if deepspeed:
+            _load_deepspeed_state(model, checkpoint)
+    if not deepspeed:
+        with _naming_the_file(checkpoint, "optimizer.pt", deepspeed):
+            # Saved from the CPU; load_state_dict moves the moments to the parameters' device.
+            optimizer.load_state_dict(
+                torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+            )
+    with _naming_the_file(checkpoint, "scheduler.json", deepspeed):
+        scheduler.load_state_dict(json.loads((checkpoint / "scheduler.json").read_text()))
+    with _naming_the_file(checkpoint, f"{rank_dir}/rng.pt", deepspeed):
+        _set_rng_state(
+            torch.load(checkpoint / rank_dir / "rng.pt", map_location="cpu", weights_only=True),
+            accelerator.device,
         )
-    scheduler.load_state_dict(json.loads((checkpoint / "scheduler.json").read_text()))
-    rank_dir = checkpoint / f"rank_{accelerator.process_index}"
-    _set_rng_state(torch.load(rank_dir / "rng.pt", map_location="cpu", weights_only=True))
-    env_state = json.loads((rank_dir / "envs.json").read_text())
+    with _naming_the_file(checkpoint, f"{rank_dir}/envs.json", deepspeed):
+        env_state = json.loads((checkpoint / rank_dir / "envs.json").read_text())
     return state, env_state
+
+
+@contextlib.contextmanager
+def _naming_the_file(checkpoint: Path, name: str, deepspeed: bool) -> Iterator[None]:
+    """Turn a failure to load `name` into an `UnusableCheckpoint` that names it and the older
+    checkpoint to resume instead. torch's own message names no file and proposes
+    `weights_only=False`, that is, running whatever the file holds: never here."""
+    try:
+        yield
+    except UnusableCheckpoint:
+        raise
+    except Exception as error:  # noqa: BLE001  (torch, json and the optimizer raise many kinds)
+        text = _first_line(error)
+        if "weights_only" in str(error) or "Weights only load failed" in text:
+            text = "it holds objects other than tensors and numbers, which are never unpickled"
+        update = _NAME.match(checkpoint.name)
+        before = int(update[1]) if update else None
+        raise UnusableCheckpoint(
+            f"{name} does not load ({text})" + _fallback(checkpoint.parent, before, deepspeed)
+        ) from None
 
 
 def _save_deepspeed_state(engine: torch.nn.Module, folder: Path) -> str | None:

@@ -21,8 +21,11 @@ import transformers
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
+from glam.cli import report
 from glam.config import TrainingRunConfig
-from glam.ppo.checkpoint import CheckpointWriteError, latest_checkpoint
+from glam.llm.chat import ChatClientError
+from glam.ppo.checkpoint import latest_checkpoint
+from glam.ppo.errors import RunWriteError
 from glam.ppo.hooks import HookError
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
@@ -32,8 +35,8 @@ Trainer = Callable[..., object]
 
 EXIT_STATUSES = (
     "0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run cannot start or a "
-    "checkpoint cannot be written, 3 the loss became NaN, 4 a coupling's outside part failed (an "
-    "annotator, a server), 130 a second Ctrl-C"
+    "checkpoint or metrics.csv cannot be written, 3 the loss became NaN, 4 a coupling's outside "
+    "part failed (an annotator, a server that cannot be reached), 130 a second Ctrl-C"
 )
 
 
@@ -50,8 +53,7 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
     try:
         accelerator = build_accelerator(cpu=cfg.train.cpu)
     except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report(error)
     # Every process must write into the same folder: the main process picks it.
     output_dir = [cfg.train.output_dir or f"runs/{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(output_dir)
@@ -78,27 +80,21 @@ def _train_and_report(
     try:
         result = trainer(cfg, accelerator, run_dir, stop)
     except SetupError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except CheckpointWriteError as error:
-        print(f"error: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
-        return 2
-    except HookError as error:
-        print(f"error: stopping: {error}; {_last_checkpoint(run_dir)}", file=sys.stderr)
-        return 4
+        return report(error)
+    except RunWriteError as error:  # a checkpoint or metrics.csv: a full disk...
+        return report(f"{error}; {_last_checkpoint(run_dir)}")
+    except (HookError, ChatClientError) as error:  # a coupling's server, annotator, sandbox
+        reason = str(error).rstrip(".")
+        return report(f"stopping: {reason}; {_last_checkpoint(run_dir)}", status=4)
     except TrainingDiverged as error:
-        print(
-            f"error: stopping: {error}; nothing of that update was saved; "
-            f"{_last_checkpoint(run_dir)}",
-            file=sys.stderr,
+        return report(
+            f"stopping: {error}; nothing of that update was saved; {_last_checkpoint(run_dir)}",
+            status=3,
         )
-        return 3
     except KeyboardInterrupt:
-        print(
-            f"error: interrupted twice: stopped without saving; {_last_checkpoint(run_dir)}",
-            file=sys.stderr,
+        return report(
+            f"interrupted twice: stopped without saving; {_last_checkpoint(run_dir)}", status=130
         )
-        return 130
     if result.stopped_by is not None:
         accelerator.print(
             f"preempted by {result.stopped_by}: checkpoint saved at update "

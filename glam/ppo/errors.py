@@ -9,3 +9,12 @@ class SetupError(RuntimeError):
 
 class TrainingDiverged(RuntimeError):
     """The PPO loss or gradient became NaN or infinite; nothing of that update was saved."""
+
+
+class RunWriteError(RuntimeError):
+    """A file of the run folder could not be written (a full disk, a read-only folder): the run
+    stops with status 2; its last complete checkpoint stays as it was."""
+
+
+class MetricsWriteError(RunWriteError):
+    """`metrics.csv` could not be written."""

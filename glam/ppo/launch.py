@@ -4,8 +4,8 @@
 (`WORLD_SIZE`, `LOCAL_RANK`), but on a machine without CUDA accelerate 1.x quietly falls back to
 one process per launched process unless told to use the CPU (N independent runs writing into one
 folder), and under DeepSpeed it initialises the process group without counting it (every rank
-then believes it is alone). `build_accelerator` picks the CPU by itself where there is no GPU,
-hands DeepSpeed the gloo backend there, and checks that the accelerator sees every launched
+then believes it is alone). `build_accelerator` picks the CPU by itself where there is no GPU
+(and stops where there is one that torch cannot use, `glam.devices`), hands DeepSpeed the gloo backend there, and checks that the accelerator sees every launched
 process before anything is built.
 """
 
@@ -16,6 +16,8 @@ import os
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType
+
+from glam.devices import unusable_gpu
 
 
 class LaunchError(RuntimeError):
@@ -38,14 +40,19 @@ def build_accelerator(*, cpu: bool = False) -> Accelerator:
     Args:
         cpu: stay on the CPU even where CUDA is available (`train.cpu`).
 
-    Where CUDA is not available the CPU is chosen without asking; DeepSpeed then runs on its CPU
-    accelerator (`DS_ACCELERATOR=cpu` is set if the user did not set it) over gloo.
+    Where there is no GPU the CPU is chosen without asking; DeepSpeed then runs on its CPU
+    accelerator (`DS_ACCELERATOR=cpu` is set if the user did not set it) over gloo. A GPU that
+    torch cannot use (a CPU-only wheel, a driver older than the wheel: `glam.devices`) stops the
+    run instead of training on the CPU without a word.
 
     Raises:
-        LaunchError: the accelerator does not see the processes the launcher started, or
-            DeepSpeed was asked for on the CPU of a machine with a GPU.
+        LaunchError: the accelerator does not see the processes the launcher started, a GPU is
+            there that torch cannot use (without `cpu`), or DeepSpeed was asked for on the CPU
+            of a machine with a GPU.
     """
     world = launched_world_size()
+    if not cpu and (problem := unusable_gpu("train.cpu=true")) is not None:
+        raise LaunchError(problem)
     on_cpu = cpu or not torch.cuda.is_available()
     if uses_deepspeed_launch():
         if on_cpu and torch.cuda.is_available():

@@ -19,6 +19,9 @@ from rich.progress import (
 )
 from torch.utils.tensorboard import SummaryWriter
 
+from glam.cli import describe_os_error
+from glam.ppo.errors import MetricsWriteError
+
 METRICS_CSV = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
 _INDEX_COLUMNS = ("update", "frames", "elapsed_seconds")
@@ -71,7 +74,11 @@ class MetricsLogger:
             )
 
     def log(self, update: int, frames: int, elapsed: float, metrics: dict[str, float]) -> None:
-        """Record the metrics of one update (NaN where undefined, e.g. no episode ended)."""
+        """Record the metrics of one update (NaN where undefined, e.g. no episode ended).
+
+        Raises:
+            MetricsWriteError: metrics.csv could not be written (the run stops, status 2).
+        """
         if not self.enabled:
             return
         row = {"update": update, "frames": frames, "elapsed_seconds": round(elapsed, 3)}
@@ -79,11 +86,16 @@ class MetricsLogger:
         new_file = not self.csv_path.is_file()
         if self._columns is None:
             self._columns = [*_INDEX_COLUMNS, *sorted(metrics)]
-        with self.csv_path.open("a", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=self._columns, extrasaction="ignore")
-            if new_file:
-                writer.writeheader()
-            writer.writerow(row)
+        try:
+            with self.csv_path.open("a", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=self._columns, extrasaction="ignore")
+                if new_file:
+                    writer.writeheader()
+                writer.writerow(row)
+        except OSError as error:  # a full disk, a folder made read-only under the run
+            raise MetricsWriteError(
+                f"could not write {self.csv_path}: {describe_os_error(error)} (update {update})"
+            ) from None
         for key, value in metrics.items():
             if math.isfinite(value):
                 self._writer.add_scalar(key, value, global_step=frames)
@@ -116,7 +128,8 @@ def _truncate_csv(path: Path, last_update: int) -> list[str]:
     with path.open(newline="") as file:
         reader = csv.DictReader(file)
         columns = list(reader.fieldnames or [])
-        rows = [row for row in reader if int(row["update"]) <= last_update]
+        # A row cut by a failed write (a full disk) has no number: it goes with the later ones.
+        rows = [row for row in reader if _update_of(row) <= last_update]
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=columns)
@@ -124,6 +137,14 @@ def _truncate_csv(path: Path, last_update: int) -> list[str]:
         writer.writerows(rows)
     os.replace(tmp, path)
     return columns
+
+
+def _update_of(row: dict[str, str | None]) -> float:
+    """The update of a metrics.csv row, or infinity for a row that has none."""
+    try:
+        return int(row.get("update") or "")
+    except ValueError:
+        return math.inf
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:

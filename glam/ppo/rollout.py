@@ -83,6 +83,7 @@ class EnvRunner:
         tokenizer: Any = None,
         observation_kind: str = "text",
         wrap_env: Callable[[Any], Any] | None = None,
+        group_size: int = 1,
     ) -> None:
         """
         Args:
@@ -95,6 +96,9 @@ class EnvRunner:
                 or `grid` (minigrid's symbolic view and the mission).
             wrap_env: applied to every env once made (`babyai_text.TextVectorEnv`'s
                 `wrapper`): a coupling's env with other actions, rewards or observations.
+            group_size: envs per group playing the same episode seeds (GRPO, GiGPO:
+                `babyai_text.TextVectorEnv`'s groups); with more than 1, every rollout starts
+                the envs on new episodes (`begin_rollout`).
         """
         if observation_kind not in ("text", "grid"):
             raise ValueError(f"observation_kind={observation_kind!r} is not 'text' or 'grid'")
@@ -103,10 +107,14 @@ class EnvRunner:
             env_cfg.name,
             num_envs,
             seed=seed,
-            action_space=resolve_action_space(env_cfg.action_space),
+            action_space=self._action_space(env_cfg),
             language=env_cfg.language,
             wrapper=wrap_env,
+            group_size=group_size,
         )
+        self.group_size = group_size
+        self._stepped = False
+        """A step was taken since the last `reset` (`begin_rollout` then starts new episodes)."""
         self.num_envs = num_envs
         self.language = env_cfg.language
         self.action_words: list[str] = list(self.envs.action_words)
@@ -126,8 +134,13 @@ class EnvRunner:
         time limit cut at that step (to bootstrap its value), else None."""
         self._final_observations: list[dict[str, Any] | None] = [None] * num_envs
 
+    def _action_space(self, env_cfg: EnvConfig) -> ActionSpace:
+        """The action space the envs are made with (`env.action_space`)."""
+        return resolve_action_space(env_cfg.action_space)
+
     def reset(self) -> None:
         """Start a new episode in every env (at the next seeds of the schedule)."""
+        self._stepped = False
         observations, infos = self.envs.reset()
         self._pending = [[] for _ in range(self.num_envs)]  # episodes cut short are not kept
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
@@ -138,6 +151,19 @@ class EnvRunner:
         self.histories[i].add_observation(info["descriptions"])
         self.missions[i] = obs["mission"]
         self._observations[i] = obs
+
+    def begin_rollout(self) -> None:
+        """Called at the start of every rollout. Episodes go on from one rollout to the next,
+        except with groups (`group_size` > 1): a group estimator compares whole episodes of the
+        same seeds, so every rollout starts every env on a new episode, in step with its group."""
+        if self.group_size > 1 and self._stepped:
+            self.reset()
+
+    def rollout_metrics(self, accelerator: Any) -> dict[str, float]:
+        """Metrics of the rollout just collected, over every process (collective where not
+        empty); none here. A runner whose policy writes its answers reports them
+        (`glam.ppo.written`)."""
+        return {}
 
     @property
     def frames(self) -> int:
@@ -195,6 +221,7 @@ class EnvRunner:
             per env the stats of the episode that just ended (None if it goes on). Ended envs
             have already started their next episode, with a fresh history.
         """
+        self._stepped = True
         if self.recording:
             for i, (prompt, action) in enumerate(zip(self.prompts(), actions, strict=True)):
                 self._pending[i].append({"prompt": prompt, "action_index": int(action)})

@@ -1,7 +1,10 @@
 """Online PPO fine-tuning of a language-model actor-critic in BabyAI-Text.
 
 `train` reads top to bottom like CleanRL's `ppo.py`: build everything, then per update collect a
-rollout, compute advantages, run the PPO epochs, log, checkpoint. Distribution goes through the
+rollout, compute advantages, run the PPO epochs, log, checkpoint. The advantages and the loss are
+the algorithm's (`glam.ppo.algorithms`, `algorithm.name`): PPO's GAE and clipped loss by default,
+GRPO's or GiGPO's group estimates otherwise; a policy that writes its action
+(`glam.policy.writer`) goes through the same loop, its answers stored with its observations. Distribution goes through the
 `Accelerator` only: each process steps `env.num_envs / world_size` environments, gradients are
 averaged by DDP (or DeepSpeed), metrics are reduced over processes.
 
@@ -25,7 +28,6 @@ import math
 import pickle
 import signal
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -39,13 +41,24 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast_object_list, set_seed
 from omegaconf import OmegaConf
 
-from glam.config import PPOConfig, TrainingRunConfig, check_recurrence
+import babyai_text
+from glam.config import (
+    LANGUAGE_MODEL_KINDS,
+    AlgorithmConfig,
+    PPOConfig,
+    TrainingRunConfig,
+    check_recurrence,
+)
 from glam.demos import write_demos
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
 from glam.models.precision import resolve_autocast_bf16
+from glam.outputs import TRAINING_RUN, OutputDirError
+from glam.outputs import check_output_dir as check_output_dir_for
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic
 from glam.policy.observations import new_episodes_forget, policy_inputs
 from glam.policy.output import PolicyOutput
+from glam.policy.writer import WritingActorCritic
+from glam.ppo.algorithms import PPO, Algorithm, build_algorithm
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
 from glam.ppo.checkpoint import (
     TrainerState,
@@ -60,10 +73,9 @@ from glam.ppo.checkpoint import (
     set_aside_after,
 )
 from glam.ppo.errors import SetupError, TrainingDiverged
-from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.logger import MetricsLogger, ProgressBar
-from glam.ppo.losses import explained_variance, normalize_advantages, ppo_loss
+from glam.ppo.losses import explained_variance, normalize_advantages
 from glam.ppo.rollout import (
     MAX_PROCESSES,
     EnvRunner,
@@ -72,6 +84,7 @@ from glam.ppo.rollout import (
     resolve_action_space,
 )
 from glam.ppo.timing import PhaseClock, peak_rss_mib
+from glam.ppo.written import WrittenEnvRunner
 
 
 @dataclass
@@ -137,6 +150,9 @@ class StopSignal:
 
     def requested(self, accelerator: Accelerator) -> bool:
         """True on every process as soon as any process received a stop signal (collective)."""
+        if accelerator.num_processes == 1:  # nothing to share: no round trip through a GPU
+            self.stopping = self.stopping or self.received is not None
+            return self.stopping
         flag = torch.tensor([float(self.received is not None)], device=accelerator.device)
         if accelerator.num_processes > 1:
             flag = accelerator.reduce(flag, reduction="sum")
@@ -200,22 +216,25 @@ def train(
             if rollout is None:  # stop signal mid-rollout: drop it, keep the last update
                 break
             t.memory = rollout.memory  # the envs' episodes go on in the next rollout
-            # 2. Advantages.
-            advantages, returns = compute_gae(
-                t.buffer.rewards,
-                t.buffer.values,
-                t.buffer.dones,
-                rollout.last_values,
-                gamma=cfg.ppo.gamma,
-                gae_lambda=cfg.ppo.gae_lambda,
-                final_values=t.buffer.final_values if cfg.ppo.bootstrap_truncated else None,
+            # What a writing policy's answers say; the guard stops a collapsed one here.
+            answer_metrics = t.runner.rollout_metrics(accelerator)
+            # 2. Advantages: the algorithm's (PPO's GAE, GRPO's or GiGPO's group estimates).
+            batch, advantage_metrics = t.algorithm.advantages(
+                t.buffer, rollout.last_values, accelerator
             )
-            batch = t.buffer.transitions(advantages, returns)
             # 3. PPO epochs over minibatches.
             learning_rate = t.optimizer.param_groups[0]["lr"]
             update_start = time.perf_counter()
             stats = ppo_update(
-                t.model, t.optimizer, batch, cfg.ppo, accelerator, t.recompute, hooks, t.clock
+                t.model,
+                t.optimizer,
+                batch,
+                cfg.ppo,
+                accelerator,
+                t.recompute,
+                hooks,
+                t.clock,
+                algorithm=t.algorithm,
             )
             t.scheduler.step()
             update_seconds = time.perf_counter() - update_start
@@ -239,7 +258,13 @@ def train(
                 "charts/fps": frames / (rollout.seconds + update_seconds),
                 **t.clock.take(),
                 "memory/peak_rss_mib": peak_rss_mib(),
+                **advantage_metrics,
+                **answer_metrics,
             }
+            if t.cache_trunk:
+                metrics["memory/trunk_cache_mib"] = batch.observations.trunk_nbytes / 2**20
+            del batch
+            t.buffer.reset()  # the trunk's states go now, not when the next rollout replaces them
             for hook in hooks:
                 metrics |= hook.after_update(t, t.model, metrics)
             summary = _summary_line(t.state, t.num_updates, metrics)
@@ -282,6 +307,7 @@ def collect_rollout(
     start, start_frames = time.perf_counter(), runner.frames
     model.eval()
     buffer.reset()
+    runner.begin_rollout()
     episodes = EpisodeStats()
     size = memory_size(model, accelerator)
     if not size:
@@ -298,7 +324,7 @@ def collect_rollout(
         memories = memory if finals is None or memory is None else torch.cat([memory, final_memory])
         with clock.phase("rollout_forward"):
             batch = model(**policy_inputs(inputs, memories))
-            raise_if_diverged(accelerator, not _finite(batch))
+            raise_if_diverged(accelerator, ~_finite(batch))
         values = batch.values.float().cpu()
         for env, value in zip(final_envs, values[len(observations) :], strict=True):
             buffer.final_values[t - 1, env] = value
@@ -306,16 +332,17 @@ def collect_rollout(
             last_values = values[: len(observations)]
             break
         output = batch.rows(len(observations))
+        stored = stored_observations(observations, output)
         extras: dict[str, torch.Tensor] = {}
         for hook in hooks:
             extras |= hook.observe(observations)
         actions = output.dist.sample()
         with clock.phase("env_step"):
-            rewards, dones, ended = runner.step(actions.tolist())
+            rewards, dones, ended = runner.step(played_actions(output, actions))
             for hook in hooks:
                 hook.after_step(actions, rewards, dones)
             buffer.add(
-                observations,
+                stored,
                 actions,
                 output.dist.log_prob(actions),
                 output.values,
@@ -342,6 +369,23 @@ def collect_rollout(
     return Rollout(last_values, episodes, seconds, frames, memory)
 
 
+def stored_observations(observations: Any, output: PolicyOutput) -> Any:
+    """A step's observations as the buffer keeps them, with what the rollout's forward computed
+    that the update reads back: the frozen trunk's states (`glam.trunk`), or the answers a
+    writing policy wrote (`glam.policy.writer`: the update scores those tokens)."""
+    if output.trunk is not None:
+        return observations.with_trunk(output.trunk)
+    answers = getattr(output, "answers", None)
+    return observations if answers is None else observations.with_answers(answers)
+
+
+def played_actions(output: PolicyOutput, actions: torch.Tensor) -> Any:
+    """What the runner plays: the sampled action indices, or a writing policy's answers (its
+    runner reads the action each names, and keeps the answer in the env's history)."""
+    answers = getattr(output, "answers", None)
+    return actions.tolist() if answers is None else answers
+
+
 def memory_size(model: torch.nn.Module, accelerator: Accelerator) -> int:
     """How many numbers of memory the policy carries per env (its `memory_size`; 0: none)."""
     return int(getattr(accelerator.unwrap_model(model), "memory_size", 0))
@@ -356,11 +400,14 @@ def ppo_update(
     recompute: bool,
     hooks: Sequence[TrainerHook] = (),
     clock: PhaseClock | None = None,
+    *,
+    algorithm: Algorithm | None = None,
 ) -> dict[str, float]:
     """Run `ppo.epochs` epochs of minibatch gradient steps on `batch` (this process's part).
 
-    Each micro-batch's loss is PPO's plus the terms `hooks` add (`TrainerHook.loss`). `clock`
-    is charged the forwards, backwards and optimizer steps.
+    Each micro-batch's loss is the algorithm's (`glam.ppo.algorithms`; by default PPO's) plus
+    the terms `hooks` add (`TrainerHook.loss`). `clock` is charged the forwards, backwards and
+    optimizer steps.
 
     Each process takes `minibatch_size / world_size` transitions per step, in chunks of
     `micro_batch_size` with gradient accumulation; gradients are averaged over processes. With
@@ -375,6 +422,7 @@ def ppo_update(
         TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
     """
     clock = clock or PhaseClock()
+    algorithm = algorithm or PPO(AlgorithmConfig(), ppo)
     device = accelerator.device
     local_minibatch = ppo.minibatch_size // accelerator.num_processes
     micro = micro_batch_size(ppo, accelerator.num_processes)
@@ -382,7 +430,7 @@ def ppo_update(
     # given the same number by `_configure_deepspeed`).
     accelerator.gradient_accumulation_steps = local_minibatch // micro
     model.train()
-    if ppo.normalize_advantages:
+    if ppo.normalize_advantages and algorithm.normalizes_advantages:
         mean, std = _global_mean_std(accelerator, batch.advantages)
         batch.advantages = normalize_advantages(batch.advantages, mean, std)
     # Without memory a "sequence" is one transition, and this is plain PPO's shuffle.
@@ -399,15 +447,21 @@ def ppo_update(
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     sums: dict[str, float] = defaultdict(float)
+    # The algorithm's stats stay on the device, in float64 (the sums Python's floats gave), and
+    # are read once after the epochs: a read per micro-batch would make the host wait for the
+    # GPU before it could prepare the next micro-batch.
+    stat_sums: dict[str, torch.Tensor] = {}
     count, steps, first_deviation, epochs_run = 0, 0, None, 0
     for epoch in range(ppo.epochs):
-        epoch_kl = []
+        epoch_kl: list[torch.Tensor] = []
         for minibatch in orders[epoch].split(sequences):
             for chunk in minibatch.split(micro_sequences):
                 mb = batch.select(sequence_positions(chunk, recurrence))
                 with accelerator.accumulate(model):
                     with clock.phase("forward"):
-                        loss, stats = _chunk_loss(model, mb, ppo, device, hooks, recurrence)
+                        loss, stats = _chunk_loss(
+                            model, mb, ppo, device, hooks, recurrence, algorithm
+                        )
                         raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     with clock.phase("backward"):
                         accelerator.backward(loss)
@@ -415,32 +469,38 @@ def ppo_update(
                         if accelerator.sync_gradients:
                             grad_norm = accelerator.clip_grad_norm_(trainable, ppo.max_grad_norm)
                             if grad_norm is not None:  # DeepSpeed clips internally, may not say
-                                raise_if_diverged(accelerator, not math.isfinite(float(grad_norm)))
-                                sums["losses/grad_norm"] += float(grad_norm)
+                                norm = float(grad_norm)
+                                raise_if_diverged(accelerator, not math.isfinite(norm))
+                                sums["losses/grad_norm"] += norm
                                 steps += 1
                         optimizer.step()  # a no-op until the last chunk of the minibatch
                         optimizer.zero_grad()
                 if first_deviation is None:
-                    first_deviation = stats["ratio_max_deviation"].item()
-                for key in ("policy", "value", "entropy", "approx_kl", "clip_fraction"):
-                    sums[f"losses/{key}"] += stats[key].item() * len(mb)
+                    first_deviation = stats["ratio_max_deviation"].detach()
+                for key, value in stats.items():
+                    if key != "ratio_max_deviation":
+                        term = value.detach().double().reshape(()) * len(mb)
+                        total = stat_sums.get(key)
+                        stat_sums[key] = term if total is None else total + term
                 count += len(mb)
-                epoch_kl.append(stats["approx_kl"].item())
+                if ppo.target_kl is not None:
+                    epoch_kl.append(stats["approx_kl"].detach())
         epochs_run += 1
         if ppo.target_kl is not None:
-            kl = accelerator.reduce(torch.tensor(epoch_kl, device=device).mean(), "mean")
-            if kl.item() > ppo.target_kl:
+            kl = torch.stack(epoch_kl).to(device, torch.get_default_dtype()).mean()
+            if accelerator.reduce(kl, "mean").item() > ppo.target_kl:
                 break
     # A step can leave infinite weights behind a finite gradient: never save or roll out those.
-    raise_if_diverged(accelerator, not all(torch.isfinite(p).all() for p in trainable))
+    raise_if_diverged(accelerator, ~_all_finite(trainable))
 
-    metrics = {key: value / count for key, value in sums.items() if key != "losses/grad_norm"}
+    totals = torch.stack(list(stat_sums.values())).tolist() if stat_sums else []
+    metrics = {f"losses/{key}": total / count for key, total in zip(stat_sums, totals, strict=True)}
     metrics["losses/grad_norm"] = sums["losses/grad_norm"] / steps if steps else math.nan
     reduced = accelerator.reduce(
         torch.tensor(list(metrics.values()), device=device, dtype=torch.float64), "mean"
     )
     metrics = dict(zip(metrics, reduced.tolist(), strict=True))
-    deviation = torch.tensor([first_deviation], device=device, dtype=torch.float64)
+    deviation = first_deviation.reshape(1).to(device, torch.float64)
     metrics["debug/first_ratio_deviation"] = _reduce_max(accelerator, deviation)
     metrics["charts/epochs"] = float(epochs_run)
     return metrics
@@ -453,29 +513,19 @@ def _chunk_loss(
     device: torch.device,
     hooks: Sequence[TrainerHook] = (),
     recurrence: int = 1,
+    algorithm: Algorithm | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Forward a micro-batch and return its loss (PPO's plus the hooks' terms) and PPO's stats
-    (a NaN loss if the policy's outputs are not finite: the caller stops every process on it).
+    """Forward a micro-batch and return its loss (the algorithm's, PPO's by default, plus the
+    hooks' terms) and the algorithm's stats (a NaN loss if the policy's outputs are not finite:
+    the caller stops every process on it).
 
     With memory, `mb` holds sequences of `recurrence` steps, step by step (`policy_output`);
     the loss is the mean over all their steps."""
     output = policy_output(model, mb, recurrence)
     if not _finite(output):
         return torch.tensor(float("nan")), {}
-    actions = mb.actions.to(device)
-    loss, stats = ppo_loss(
-        output.dist.log_prob(actions).float(),
-        mb.logprobs.to(device),
-        mb.advantages.to(device),
-        output.values.float(),
-        mb.values.to(device),
-        mb.returns.to(device),
-        output.dist.entropy().float(),
-        clip_eps=ppo.clip_eps,
-        value_clip_eps=ppo.value_clip_eps,
-        value_coef=ppo.value_coef,
-        entropy_coef=ppo.entropy_coef,
-    )
+    algorithm = algorithm or PPO(AlgorithmConfig(), ppo)
+    loss, stats = algorithm.loss(output, mb, device)
     for hook in hooks:
         term = hook.loss(output, mb)
         if term is not None:
@@ -483,11 +533,20 @@ def _chunk_loss(
     return loss, stats
 
 
-def _finite(output: PolicyOutput) -> bool:
-    """Scores of the existing candidates and values are finite (absent ones are -inf)."""
-    return bool(
-        torch.isfinite(output.logits[output.mask]).all() and torch.isfinite(output.values).all()
-    )
+def _finite(output: PolicyOutput) -> torch.Tensor:
+    """Scores of the existing candidates and values are finite (absent ones are -inf): one flag
+    on the outputs' device, for the caller to read once (a boolean-mask index and two reads made
+    the host wait for a GPU three times)."""
+    absent = ~output.mask.to(output.logits.device)
+    return (torch.isfinite(output.logits) | absent).all() & torch.isfinite(output.values).all()
+
+
+def _all_finite(parameters: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Whether every value of `parameters` is finite: one flag, read once, instead of a read per
+    tensor. Under DeepSpeed ZeRO-3 a parameter is an empty placeholder between forwards: its
+    shard (`ds_tensor`) is checked, and `raise_if_diverged` combines the processes' flags."""
+    flags = [torch.isfinite(getattr(p, "ds_tensor", p)).all() for p in parameters]
+    return torch.stack(flags).all() if flags else torch.tensor(True)
 
 
 def policy_output(model: torch.nn.Module, mb: Transitions, recurrence: int = 1) -> PolicyOutput:
@@ -536,6 +595,18 @@ def _recompute_old_logprobs(
             actions = mb.actions.to(output.values.device)
             batch.logprobs[positions] = output.dist.log_prob(actions).float().cpu()
             batch.values[positions] = output.values.float().cpu()
+            _recompute_token_logprobs(batch, positions, output)
+
+
+def _recompute_token_logprobs(
+    batch: Transitions, positions: torch.Tensor, output: PolicyOutput
+) -> None:
+    """A writing policy's answers keep each token's old log-probability (GRPO's token-level
+    ratio): replace them too."""
+    tokens = getattr(output, "token_logprobs", None)
+    answers = getattr(batch.observations, "answers", None)
+    if tokens is not None and answers is not None:
+        answers.logprobs[positions] = tokens.float().cpu()
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,6 +632,9 @@ class Training:
     progress: ProgressBar
     recompute: bool
     """Recompute old log-probs in the update (reduced precision makes them drift)."""
+    cache_trunk: bool
+    """The rollout keeps the frozen trunk's states and the update runs from them
+    (`ppo.cache_trunk`, resolved)."""
     resumed_from: Path | None
     num_updates: int
     """Updates of the whole run: those done plus those that reach `train.total_frames`."""
@@ -572,6 +646,8 @@ class Training:
     """`(local envs, memory_size)` a policy with memory's memory for each env's next step,
     carried from one rollout to the next; None: zero. Not saved in checkpoints: a session
     (fresh or resumed) starts every env on a new episode, from a zero memory."""
+    algorithm: Algorithm = field(default_factory=lambda: PPO(AlgorithmConfig(), PPOConfig()))
+    """How the update computes advantages and its loss (`algorithm.name`)."""
 
     def save(self) -> Path:
         """Write a checkpoint of the current update unless this session already has (every
@@ -634,14 +710,14 @@ def build_training(
     restore the checkpoint."""
     world, rank = accelerator.num_processes, accelerator.process_index
     if make_policy is None:
-        if cfg.policy.kind != "llm":
+        if cfg.policy.kind not in LANGUAGE_MODEL_KINDS:
             raise SetupError(
                 f"policy.kind={cfg.policy.kind!r} is a baseline: train it with "
                 "scripts/train_baseline.py (this trainer's default policy is the language model)"
             )
         make_policy = build_policy
     _check_layout(cfg, world)
-    if cfg.policy.kind == "llm":  # before the resume check, which compares it with config.yaml
+    if cfg.policy.kind in LANGUAGE_MODEL_KINDS:  # before the resume check (config.yaml)
         cfg.model.autocast_bf16, why = resolve_autocast_bf16(
             cfg.model.autocast_bf16, accelerator.device
         )
@@ -650,29 +726,25 @@ def build_training(
     resume_from = open_run_dir(cfg, accelerator, run_dir)
     # The same seed on every process while the policy is drawn: identical initial LoRA and head
     # weights everywhere, with no broadcast to rely on. Then + rank, so processes sample apart.
-    if cfg.policy.kind == "llm":
-        with accelerator.main_process_first():  # one process converts the model, others wait
-            prepare_model_cache(cfg.model.name_or_path)
+    if cfg.policy.kind in LANGUAGE_MODEL_KINDS:
+        prepare_model_once(accelerator, cfg.model.name_or_path)
     set_seed(cfg.train.seed)
     try:
         policy = make_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
     except CheckpointError as error:  # a policy file the checks could not judge (its content)
         raise SetupError(f"cannot resume from {resume_from}: {error}") from None
     set_seed(cfg.train.seed, device_specific=True)
+    cache_trunk = resolve_trunk_cache(cfg, policy, accelerator)
+    algorithm = build_algorithm(cfg.algorithm, cfg.ppo)
+    check_algorithm(cfg, algorithm, policy, world)
 
     local_envs = cfg.env.num_envs // world
     try:
-        runner = EnvRunner(
-            cfg.env,
-            cfg.policy,
-            num_envs=local_envs,
-            seed=env_seed(cfg.train.seed, rank),
-            tokenizer=getattr(policy, "tokenizer", None),
-            observation_kind=getattr(policy, "observation_kind", "text"),
-            wrap_env=partial(wrap_env, hooks) if hooks else None,
-        )
+        runner = make_runner(cfg, policy, hooks, local_envs, rank, algorithm)
     except ValueError as error:  # unknown level, action space or language
         raise SetupError(str(error)) from None
+    if algorithm.grouped:
+        _note_episode_limit(cfg, accelerator)
     runner.recording = cfg.train.save_rollouts
     if list(runner.action_words) != list(policy.action_words):
         raise SetupError(f"policy actions {policy.action_words} != env's {runner.action_words}")
@@ -727,7 +799,6 @@ def build_training(
         state,
         num_updates,
         cfg.frames_per_update,
-        fresh=resume_from is None,
     )
     recompute = cfg.ppo.recompute_logprobs
     if recompute is None:
@@ -750,10 +821,133 @@ def build_training(
         logger=logger,
         progress=progress,
         recompute=bool(recompute),
+        cache_trunk=cache_trunk,
         resumed_from=resume_from,
         num_updates=num_updates,
         saved=None if resume_from is None else (state.update, resume_from),
+        algorithm=algorithm,
     )
+
+
+def prepare_model_once(accelerator: Accelerator, spec: str) -> None:
+    """Build the model's local cache (`prepare_model_cache`: an embedded model converted once)
+    on one process of each node first, the node's others waiting (collective).
+
+    One per node, not one in all: a node whose cache (`~/.cache/glam`, `GLAM_CACHE`) the main
+    node does not share must convert too, and its processes would otherwise all convert at once;
+    where nodes share the cache, the conversion's atomic rename lets them write it side by side.
+    """
+    with accelerator.local_main_process_first():
+        prepare_model_cache(spec)
+
+
+def make_runner(
+    cfg: TrainingRunConfig,
+    policy: torch.nn.Module,
+    hooks: Sequence[TrainerHook],
+    num_envs: int,
+    rank: int,
+    algorithm: Algorithm,
+) -> EnvRunner:
+    """The envs of this process as the policy reads them: a writing policy's
+    (`WrittenEnvRunner`: its prompts, invalid answers and answer statistics), or text prompts
+    and candidates, or grids; in groups on the same seeds for a group estimator."""
+    common = {
+        "num_envs": num_envs,
+        "seed": env_seed(cfg.train.seed, rank),
+        "tokenizer": getattr(policy, "tokenizer", None),
+        "wrap_env": partial(wrap_env, hooks) if hooks else None,
+        "group_size": cfg.algorithm.group_size if algorithm.grouped else 1,
+    }
+    if getattr(policy, "observation_kind", "text") == "written":
+        return WrittenEnvRunner(cfg.env, cfg.policy, cfg.generate, **common)
+    return EnvRunner(
+        cfg.env,
+        cfg.policy,
+        observation_kind=getattr(policy, "observation_kind", "text"),
+        **common,
+    )
+
+
+def _note_episode_limit(cfg: TrainingRunConfig, accelerator: Accelerator) -> None:
+    """A group estimator trains on the episodes that end within a rollout: say so when the
+    rollout is shorter than the level's step limit (the longest of its first episodes: a mixed
+    level's depends on the task)."""
+    env, limits = babyai_text.make(cfg.env.name), []
+    for seed in range(4):
+        env.reset(seed=seed)
+        limits.append(env.unwrapped.max_steps)
+    env.close()
+    limit = max(limits)
+    if cfg.ppo.frames_per_env < limit:
+        accelerator.print(
+            f"[glam] algorithm.name={cfg.algorithm.name}: ppo.frames_per_env="
+            f"{cfg.ppo.frames_per_env} is below the level's limit of {limit} steps; episodes "
+            "longer than the rollout are cut and not trained on (charts/trained_share says how "
+            "many steps are)"
+        )
+
+
+def check_algorithm(
+    cfg: TrainingRunConfig, algorithm: Algorithm, policy: torch.nn.Module, world: int
+) -> None:
+    """What the algorithm needs of the run's layout and policy; an algorithm without a critic
+    freezes the policy's value head (nothing trains it; DDP would wait for its gradients).
+
+    Raises:
+        SetupError: naming the key to change.
+    """
+    if not algorithm.grouped:
+        return
+    local = cfg.env.num_envs // world
+    if local % cfg.algorithm.group_size:
+        raise SetupError(
+            f"algorithm.group_size={cfg.algorithm.group_size} must divide each process's envs, "
+            f"env.num_envs / processes = {local}: a group plays on one process"
+        )
+    if getattr(policy, "memory_size", 0):
+        raise SetupError(
+            f"algorithm.name={algorithm.name}: the group estimators train policies without memory"
+        )
+    if not algorithm.uses_value and getattr(policy, "value_head", None) is not None:
+        policy.value_head.requires_grad_(False)
+
+
+def resolve_trunk_cache(
+    cfg: TrainingRunConfig, policy: torch.nn.Module, accelerator: Accelerator
+) -> bool:
+    """Turn the frozen trunk's cache on where `ppo.cache_trunk` asks for it and it applies
+    (`glam.trunk`), say once what was decided and why, and record it in `cfg`.
+
+    Raises:
+        SetupError: `ppo.cache_trunk=true` where the cache does not apply.
+    """
+    asked = cfg.ppo.cache_trunk
+    if not hasattr(policy, "enable_trunk_cache"):  # a small policy: nothing to cache
+        cfg.ppo.cache_trunk = False
+        return False
+    if asked is False:
+        accelerator.print("[glam] trunk cache: off (ppo.cache_trunk=false)")
+        return False
+    problem = policy.trunk_cache_problem()
+    if problem is not None:
+        if asked:
+            raise SetupError(f"ppo.cache_trunk=true, but {problem}")
+        accelerator.print(f"[glam] trunk cache: off ({problem})")
+        cfg.ppo.cache_trunk = False
+        return False
+    cut = policy.enable_trunk_cache()
+    if cut.layers is None:
+        where = "the encoder's output; the update runs the decoder only"
+    else:
+        top = len(cut.layers) - 1
+        where = (
+            f"the input of layer {cut.first} of 0-{top}; the update runs layers "
+            f"{cut.first}-{top} from it"
+        )
+    accelerator.print(f"[glam] trunk cache: on (the rollout keeps {where})")
+    cfg.ppo.cache_trunk = True
+    return True
 
 
 def wrap_env(hooks: Sequence[TrainerHook], env: Any) -> Any:
@@ -781,6 +975,17 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
     except ValueError as error:
         raise SetupError(str(error)) from None
     try:
+        if cfg.policy.kind == "generate":
+            return WritingActorCritic.from_run_config(
+                cfg.model,
+                cfg.policy,
+                cfg.generate,
+                cfg.algorithm,
+                action_words,
+                training_env=cfg.env,
+                checkpoint=None if checkpoint is None else checkpoint / "policy",
+                trust_remote_code=cfg.model.trust_remote_code,
+            )
         if checkpoint is not None:
             # Whether a model's own code may run is the command line's decision, never the
             # checkpoint's; the env record follows this session's config.
@@ -794,6 +999,8 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
         raise SetupError(f"model.name_or_path={cfg.model.name_or_path!r}: {error}") from None
     except CheckpointError as error:
         raise SetupError(f"cannot resume: {error}") from None
+    except ValueError as error:  # a writing policy on an encoder-decoder model...
+        raise SetupError(str(error)) from None
 
 
 def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
@@ -821,6 +1028,11 @@ def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
     resume_from = pick_resume_checkpoint(cfg, accelerator, run_dir) if cfg.train.resume else None
     if resume_from is not None:
         check_same_run(cfg, resume_from, accelerator.num_processes)
+        if changed := changed_settings(cfg, resume_from):
+            accelerator.print(
+                f"[glam] resuming {resume_from.name} with settings changed since it was "
+                "written (config.yaml records the new ones):\n  " + "\n  ".join(changed)
+            )
     return resume_from
 
 
@@ -851,16 +1063,26 @@ def open_logs(
     num_updates: int,
     frames_per_update: int,
     *,
-    fresh: bool,
     title: str = "PPO",
 ) -> tuple[MetricsLogger, ProgressBar]:
-    """Write `config.yaml` when the run starts `fresh` (not from a checkpoint), open the metrics
-    logs and a progress bar up to the run's last update (their output on the main process only).
+    """Write `config.yaml`, open the metrics logs and a progress bar up to the run's last update
+    (their output on the main process only), and say when the last update overshoots
+    `train.total_frames`.
 
-    With `train.resume=true` the logs rewind to the checkpoint's update (to 0 if none was found).
+    `config.yaml` is this session's config, a resumed one's too: the settings a resume changed
+    (`changed_settings`) are the run's from now on; each checkpoint keeps the config that wrote
+    it. With `train.resume=true` the logs rewind to the checkpoint's update (to 0 if none was
+    found).
     """
-    if accelerator.is_main_process and fresh:
+    if accelerator.is_main_process:
         (run_dir / "config.yaml").write_text(config_yaml)
+    end = state.frames + (num_updates - state.update) * frames_per_update
+    if end > cfg.train.total_frames and num_updates > state.update:
+        accelerator.print(
+            f"[glam] train.total_frames={cfg.train.total_frames} is not reached in whole updates "
+            f"of {frames_per_update} frames: the run stops after update {num_updates}, at "
+            f"{end} frames"
+        )
     resuming_logs = cfg.train.resume
     logger = MetricsLogger(
         run_dir,
@@ -905,28 +1127,24 @@ def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
 
 
 def check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
-    """Create the run folder and check it can be written; never write over another run: a used
-    folder needs `train.resume=true`."""
-    where = f"train.output_dir={str(run_dir)!r}"
-    if run_dir.exists() and not run_dir.is_dir():
-        raise SetupError(f"{where} is a file, not a folder")
-    used = [
-        name for name in ("config.yaml", "metrics.csv", "checkpoints") if (run_dir / name).exists()
-    ]
-    if used and not cfg.train.resume:
-        raise SetupError(
-            f"{where} already holds a run ({', '.join(used)}): pass "
-            "train.resume=true to continue it, or choose another train.output_dir"
-        )
+    """Check the run folder (`glam.outputs.check_output_dir`: not a file, writable, holding no
+    other kind of output; a used one needs `train.resume=true`), then create it."""
     try:
+        check_output_dir_for(
+            run_dir,
+            TRAINING_RUN,
+            key="train.output_dir",
+            overwrite=cfg.train.resume,
+            overwrite_key="train.resume",
+            again="continue it",
+        )
         run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-"):
-            pass
-    except NotADirectoryError:
-        file = next(parent for parent in run_dir.parents if parent.exists())
-        raise SetupError(f"{where} cannot be created: {file} is a file, not a folder") from None
-    except OSError as error:
-        raise SetupError(f"{where} is not writable: {describe_error(error)}") from None
+    except OutputDirError as error:
+        raise SetupError(str(error)) from None
+    except OSError as error:  # created by another process in between, a full disk...
+        raise SetupError(
+            f"train.output_dir={str(run_dir)!r} cannot be created: {describe_error(error)}"
+        ) from None
 
 
 def pick_resume_checkpoint(
@@ -1010,20 +1228,51 @@ def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None
             f"cannot resume {checkpoint}: it was written by {written_by} process(es), this run "
             f"has {world}; resume with the same number of processes"
         )
-    saved = OmegaConf.load(checkpoint / "config.yaml")
-    now = OmegaConf.structured(cfg)
+    saved = _flat(OmegaConf.to_container(OmegaConf.load(checkpoint / "config.yaml")))
+    now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    # Setting by setting (`model.lora.r`), and only those the checkpoint's config has: a key
+    # added to the schema since it was written (`model.lora.layers`) keeps its old meaning.
     changed = [
-        f"{section}.{key}: {saved[section][key]!r} -> {now[section][key]!r}"
-        for section in _SAME_RUN_SECTIONS
-        if section in saved  # a section added after the checkpoint was written
-        for key in now[section]
-        if key in saved[section] and saved[section][key] != now[section][key]
+        f"{key}: {saved[key]!r} -> {value!r}"
+        for key, value in now.items()
+        if key.split(".", 1)[0] in _SAME_RUN_SECTIONS and key in saved and saved[key] != value
     ]
     if changed:
         raise SetupError(
             f"cannot resume {checkpoint}: the model/policy/env settings differ from the run's:\n  "
             + "\n  ".join(changed)
         )
+
+
+_RESUME_KEYS = ("train.resume", "train.resume_from")
+"""Keys that differ in every resume: not worth a note."""
+
+
+def changed_settings(cfg: TrainingRunConfig, checkpoint: Path) -> list[str]:
+    """The settings outside the same-run sections (`check_same_run`) that differ between the
+    checkpoint's config and this session's (`ppo.lr: 0.001 -> 0.0003`): a resume may change
+    them, and says so. Keys the checkpoint's config lacks (added to the schema since) are left
+    out."""
+    saved = _flat(OmegaConf.to_container(OmegaConf.load(checkpoint / "config.yaml")))
+    now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    return [
+        f"{key}: {saved[key]!r} -> {value!r}"
+        for key, value in now.items()
+        if key in saved
+        and saved[key] != value
+        and key.split(".", 1)[0] not in _SAME_RUN_SECTIONS
+        and key not in _RESUME_KEYS
+    ]
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"ppo": {"lr": 1}}` -> `{"ppo.lr": 1}` (lists are values)."""
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}{key}."))
+    return flat
 
 
 def micro_batch_size(ppo: PPOConfig, world: int) -> int:
@@ -1142,11 +1391,17 @@ def _reduce_max(accelerator: Accelerator, value: torch.Tensor) -> float:
     return float(accelerator.gather(value.reshape(1)).max().item())
 
 
-def raise_if_diverged(accelerator: Accelerator, bad: bool) -> None:
-    flag = torch.tensor([float(bad)], device=accelerator.device)
-    if accelerator.num_processes > 1:
-        flag = accelerator.reduce(flag, "sum")
-    if flag.item() > 0:
+def raise_if_diverged(accelerator: Accelerator, bad: bool | torch.Tensor) -> None:
+    """Raise `TrainingDiverged` on every process as soon as `bad` is true on one (collective).
+
+    `bad` may be a flag on the device: one process then reads it once, and several sum it first.
+    """
+    if accelerator.num_processes == 1:
+        flagged = bool(bad)
+    else:
+        flag = torch.as_tensor(bad, device=accelerator.device).float().reshape(1)
+        flagged = accelerator.reduce(flag, "sum").item() > 0
+    if flagged:
         raise TrainingDiverged("the PPO loss or its gradient became NaN or infinite")
 
 

@@ -38,14 +38,32 @@ glam_job_init() {
 }
 
 # glam_accelerate_layout: `accelerate launch` options for the processes of one node.
+#
+# `--multi_gpu` only when GLAM_ACCELERATE_ARGS picks no launch mode itself: accelerate 1.x reads
+# the distributed type of a `--config_file` only when no mode flag was given, so `--multi_gpu`
+# beside `--config_file configs/accelerate/zero2.yaml` would run plain DDP, without a word.
 glam_accelerate_layout() {
+    local processes=$((SLURM_NNODES * GLAM_GPUS_PER_NODE))
     if ((GLAM_GPUS_PER_NODE == 0)); then
         echo "--cpu --num_processes 1"
-    elif ((SLURM_NNODES == 1 && GLAM_GPUS_PER_NODE == 1)); then
-        echo "--num_processes 1"
+    elif ((processes == 1)) || _glam_picks_launch_mode ${GLAM_ACCELERATE_ARGS:-}; then
+        echo "--num_processes $processes"
     else
-        echo "--multi_gpu --num_processes $((SLURM_NNODES * GLAM_GPUS_PER_NODE))"
+        echo "--multi_gpu --num_processes $processes"
     fi
+}
+
+# _glam_picks_launch_mode ARGS...: whether accelerate launch options choose how to distribute
+# (a config file, or a mode flag of their own).
+_glam_picks_launch_mode() {
+    local arg
+    for arg in "$@"; do
+        case $arg in
+            --config_file | --config_file=* | --config-file | --config-file=* | --use_deepspeed | \
+                --use_fsdp | --use_megatron_lm | --multi_gpu | --cpu | --tpu) return 0 ;;
+        esac
+    done
+    return 1
 }
 
 _glam_on_usr1() {

@@ -1,0 +1,273 @@
+"""Output folders: what each script writes, and the one check every script runs on its output
+folder before any work.
+
+A script that finds out only after its episodes, its training or its model load that it cannot
+write its results loses them; one that writes wherever it is told can replace a training run's
+checkpoints with a dataset. So every script that writes into a folder calls `check_output_dir`
+first, with the `OutputKind` it writes. The check refuses, naming the folder and the way out:
+
+- a path that is a file, or below a file, or a folder that cannot be written (tried for real:
+  a temporary file is created and removed);
+- a folder holding another kind of output (a training run, an evaluation, a dataset...), even
+  with the script's overwrite option: overwrite replaces a script's own earlier output, never
+  another's;
+- a folder holding this kind of output already, unless overwrite is on;
+- for the kinds that own their folder (a demonstrations dataset, a BC policy), a folder that is
+  not empty and holds none of their files: a dataset replaces the whole folder, a BC policy writes
+  a model's files into it.
+
+Torch-free: the training, evaluation, dataset and plotting scripts all import it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from glam.cli import describe_os_error
+
+__all__ = [
+    "AGREEMENT",
+    "BC_POLICY",
+    "COMPARISON",
+    "DEMOS",
+    "EVALUATION",
+    "IMITATION",
+    "KINDS",
+    "SUMMARY",
+    "TRAINING_RUN",
+    "OutputDirError",
+    "OutputExistsError",
+    "OutputKind",
+    "check_output_dir",
+    "check_output_file",
+]
+
+
+class OutputDirError(ValueError):
+    """An output folder a script cannot or must not write into; the message says why and what
+    to do instead."""
+
+
+class OutputExistsError(OutputDirError, FileExistsError):
+    """The output folder already holds this script's kind of output and overwriting is off."""
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """One kind of output folder: what writes it and which files show that a folder holds it."""
+
+    name: str
+    """What the writer's own refusal says the folder already holds (`a run`, `results`); other
+    writers name the kind by its key in `KINDS` (`a training run`)."""
+    files: tuple[str, ...]
+    """Names (or `fnmatch` patterns) of what the writer puts in the folder."""
+    signature: tuple[str, ...] = ()
+    """The files that mark a folder as this kind for the other writers (default: `files`);
+    narrower where a name is shared (a BC policy writes a `config.yaml` too)."""
+    owns_folder: bool = False
+    """Written only into a new or empty folder, or one holding this kind already."""
+    replaces_folder: bool = False
+    """Overwriting replaces the whole folder: a folder with other files too is refused."""
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """The files that tell the other writers a folder holds this kind."""
+        return self.signature or self.files
+
+    def found(self, folder: Path, names: tuple[str, ...] | None = None) -> list[str]:
+        """Which of `names` (default: `files`) the folder holds, in the order given (for a
+        pattern, the first file it matches)."""
+        entries = sorted(entry.name for entry in folder.iterdir())
+        held = []
+        for pattern in self.files if names is None else names:
+            matches = [entry for entry in entries if fnmatch.fnmatchcase(entry, pattern)]
+            if matches:
+                held.append(matches[0])
+        return held
+
+
+TRAINING_RUN = OutputKind(
+    "a run", ("config.yaml", "metrics.csv", "checkpoints"), signature=("checkpoints", "metrics.csv")
+)
+"""`scripts/train_language_agent.py`, `scripts/train_baseline.py` (`train.output_dir`)."""
+EVALUATION = OutputKind(
+    "results",
+    ("results.json", "results.csv", "results.md", "results.png", "episodes.jsonl"),
+)
+"""`scripts/post_training_tests.py`, `scripts/zero_shot_generation.py` (`eval.output_dir`), in
+the order `glam.eval.harness.evaluate` writes them."""
+SUMMARY = OutputKind("results", ("summary.md", "summary.csv", "summary.png"))
+"""`scripts/test_results.py` (`output_dir`)."""
+COMPARISON = OutputKind(
+    "results", ("comparison.csv", "final.csv", "comparison.md", "comparison.png")
+)
+"""`scripts/compare_runs.py` (`--out`)."""
+DEMOS = OutputKind(
+    "a demonstrations dataset",
+    ("dataset_info.json", "state.json", "data-*.arrow"),
+    signature=("dataset_info.json", "state.json"),
+    owns_folder=True,
+    replaces_folder=True,
+)
+"""`scripts/collect_bot_demos.py` (`demos.output_dir`): a `datasets` folder, replaced whole."""
+BC_POLICY = OutputKind(
+    "results",
+    (
+        "bc_policy.json",
+        "metrics.json",
+        "config.yaml",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "config.json",
+        "model.safetensors",
+    ),
+    signature=("bc_policy.json",),
+    owns_folder=True,
+)
+"""`scripts/clm_behavioral_cloning.py` (`bc.output_dir`): a model's files and `bc_policy.json`."""
+AGREEMENT = OutputKind(
+    "results", ("agreement.json", "agreement.md", "situations.jsonl", "messages.jsonl")
+)
+"""`scripts/teacher_agreement.py`, `scripts/oni_label_agreement.py`, `scripts/bot_agreement.py`."""
+IMITATION = OutputKind("results", ("imitation.csv", "imitation.json", "imitation.md"))
+"""`scripts/imitate_bot.py`."""
+
+KINDS: dict[str, OutputKind] = {
+    "a training run": TRAINING_RUN,
+    "an evaluation": EVALUATION,
+    "a results summary": SUMMARY,
+    "a comparison of runs": COMPARISON,
+    "a demonstrations dataset": DEMOS,
+    "a BC policy": BC_POLICY,
+    "agreement tables": AGREEMENT,
+    "a bot imitation": IMITATION,
+}
+"""Every kind of output folder, by the name other writers' messages give it."""
+
+
+def check_output_dir(
+    folder: str | Path,
+    kind: OutputKind,
+    *,
+    key: str,
+    overwrite: bool,
+    overwrite_key: str,
+    again: str = "replace them",
+) -> Path:
+    """Check that `kind` may be written into `folder` (see the module docstring); return it.
+    The folder is not created: the caller does, when it writes.
+
+    Args:
+        folder: the output folder.
+        kind: what the caller writes there.
+        key: the option that named the folder (`eval.output_dir`, `--out`), for messages.
+        overwrite: whether the caller may replace its own earlier output there.
+        overwrite_key: the option that allows it (`eval.overwrite`, `train.resume`, or a flag:
+            `--overwrite`), for messages.
+        again: what `overwrite_key` does, for messages (`replace them`, `continue it`).
+
+    Raises:
+        OutputExistsError: the folder holds this kind already and `overwrite` is false.
+        OutputDirError: any other reason not to write there.
+    """
+    path = Path(folder).expanduser()
+    where = f"{key}={str(folder)!r}"
+    if path.is_dir():
+        _check_contents(path, kind, where, key, overwrite, overwrite_key, again)
+    elif path.exists() or path.is_symlink():
+        raise OutputDirError(f"{where} is a file, not a folder: choose another {key}")
+    _check_writable(path, where, key)
+    return path
+
+
+def check_output_file(path: str | Path, *, key: str) -> Path:
+    """Check that the file `path` (a plot, a JSON report) can be written: not a folder, and its
+    folder (or the nearest existing parent) writable. The file itself is replaced if it exists. Returns the path.
+
+    Raises:
+        OutputDirError: naming the problem.
+    """
+    path = Path(path).expanduser()
+    where = f"{key}={str(path)!r}"
+    if path.is_dir():
+        raise OutputDirError(f"{where} is a folder: name a file")
+    _check_writable(path.parent, where, key)
+    return path
+
+
+def _check_contents(
+    path: Path,
+    kind: OutputKind,
+    where: str,
+    key: str,
+    overwrite: bool,
+    overwrite_key: str,
+    again: str,
+) -> None:
+    for name, other in KINDS.items():
+        if other is kind:
+            continue
+        held = other.found(path, other.marks)
+        if held:
+            raise OutputDirError(
+                f"{where} holds {name} ({', '.join(held)}), which {_given(overwrite_key)} never "
+                f"replaces: choose another {key}"
+            )
+    own = kind.found(path)
+    if own and not overwrite:
+        raise OutputExistsError(
+            f"{where} already holds {kind.name} ({', '.join(own)}): pass {_given(overwrite_key)} "
+            f"to {again}, or choose another {key}"
+        )
+    if not kind.owns_folder:
+        return
+    entries = sorted(entry.name for entry in path.iterdir() if not entry.name.startswith("."))
+    if entries and not own:
+        raise OutputDirError(
+            f"{where} is not empty ({_some(entries)}) and holds no {_kind_name(kind)}: choose a "
+            f"new or empty {key}"
+        )
+    if kind.replaces_folder:
+        others = [e for e in entries if not any(fnmatch.fnmatchcase(e, p) for p in kind.files)]
+        if others:
+            raise OutputDirError(
+                f"{where} holds other files too ({_some(others)}), which replacing the "
+                f"{_kind_name(kind)} would delete: choose another {key}"
+            )
+
+
+def _check_writable(path: Path, where: str, key: str) -> None:
+    """Create and remove a temporary file in `path`, or in its nearest existing parent folder
+    when it does not exist yet (the writer creates it): permissions, a read-only or full file
+    system and a file in the way show up here rather than after the work. Nothing is left
+    behind, not even an empty folder, should the script stop later for another reason."""
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise OutputDirError(
+            f"{where} cannot be created: {existing} is a file, not a folder; choose another {key}"
+        )
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise OutputDirError(
+            f"{where} is not writable ({describe_os_error(error)} in {existing}): choose "
+            f"another {key}"
+        ) from None
+
+
+def _given(option: str) -> str:
+    """How an option is switched on: `--overwrite` (a flag), `eval.overwrite=true` (Hydra)."""
+    return option if option.startswith("-") else f"{option}=true"
+
+
+def _kind_name(kind: OutputKind) -> str:
+    return next(name for name, known in KINDS.items() if known is kind).split(" ", 1)[1]
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

