@@ -497,7 +497,7 @@ def check_recurrence(ppo: PPOConfig, processes: int = 1) -> None:
 
 
 MAX_RUN_SEED = 10_000
-"""`train.seed` is below this, so that training episode seeds (`glam.ppo.rollout.env_seed`) stay
+"""`train.seed` is below this, so that training episode seeds (`glam.envs.env_seed`) stay
 below the evaluation seeds (`glam.eval.config.SEED_BASE`)."""
 
 

@@ -40,8 +40,8 @@ from glam.config import (
     ModelConfig,
     PolicyConfig,
 )
+from glam.envs import resolve_action_space
 from glam.policy.writer import WritingActorCritic
-from glam.ppo.rollout import resolve_action_space
 from glam.ppo.written import WrittenEnvRunner
 
 

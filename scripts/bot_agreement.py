@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from glam.eval.config import SEED_BASE
     from glam.eval.student_agreement import student_agreement
     from glam.policy.files import CheckpointError
-    from glam.ppo.checkpoint import policy_dir
+    from glam.run_dir import policy_dir
 
     rows = []
     for run in args.runs:

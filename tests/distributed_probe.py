@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from glam.config import compose_config
+from glam.envs import EnvRunner
 from glam.ppo.buffer import Transitions
 from glam.ppo.launch import build_accelerator
-from glam.ppo.rollout import EnvRunner
 from glam.ppo.trainer import _global_mean_std, build_training, ppo_update
 
 GLOBAL_BATCH = 32

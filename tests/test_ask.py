@@ -23,12 +23,12 @@ from glam.ask.planner import BotPlanner, LLMPlanner, Planner
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import AskConfig, compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
+from glam.envs import EnvRunner
 from glam.llm.chat import ChatClientError
 from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
 from glam.models.loading import load_model
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.rollout import EnvRunner
 from glam.ppo.trainer import train
 from glam.skills import SkillMap, candidate_subgoals
 from glam.teach.scorers import SubgoalScorer

@@ -19,12 +19,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
+import torch
 from helpers_tiny import one_torch_thread, save_tiny_model, tiny_causal_lm  # noqa: F401
 
 import babyai_text
@@ -38,7 +40,7 @@ from glam.eval.stats import balrog_progress
 from glam.eval.suites import SUITES
 from glam.llm.chat import ChatClient, ChatClientError, Completion
 from glam.llm.config import ClientConfig
-from glam.llm.local import LocalChatClient
+from glam.llm.local import LocalChatClient, render_chat
 from glam.llm.remote import OpenAIChatClient
 from glam.llm.server import ChatServer, RequestError
 
@@ -60,7 +62,7 @@ class ScriptedClient(ChatClient):
         self.script = list(answers)
         self.asked: list[list[dict[str, str]]] = []
 
-    def complete(self, conversations, seeds=None) -> list[Completion]:
+    def complete(self, conversations, seeds=None, slots=None) -> list[Completion]:
         self.asked += [list(c) for c in conversations]
         return [Completion(self.script.pop(0), "stop", 0, 0) for _ in conversations]
 
@@ -279,6 +281,103 @@ def test_local_client_is_seeded_and_greedy_at_temperature_zero() -> None:
     long = [{"role": "user", "content": "turn left " * 2000}]
     with pytest.raises(ChatClientError, match="fills the model's context of 1024 tokens"):
         greedy.complete([long])
+
+
+def _dialogues(
+    client: LocalChatClient, slots: list[int] | None, swap_at: int | None = None
+) -> tuple[list[list[Completion]], list[list[list[int]]]]:
+    """Four turns of BALROG's dialogue in two env slots (3 observations kept, so the window
+    slides at the fourth), each answer recorded as BALROG records it. Turn `swap_at` is asked
+    with the slots swapped. Returns each turn's completions and prompt token ids."""
+    missions = ["go to the red ball", "open the grey door"]
+    views = [["You see a red ball 1 step left"], ["You see a wall 1 step right"]]
+    dialogues = [BalrogDialogue(max_history=3) for _ in missions]
+    completions, prompts = [], []
+    for turn in range(4):
+        conversations = []
+        for dialogue, mission, view in zip(dialogues, missions, views, strict=True):
+            dialogue.add_observation([f"You see a wall {turn + 2} steps forward", *view])
+            conversations.append(dialogue.messages(mission, WORDS))
+        asked = slots[::-1] if slots is not None and turn == swap_at else slots
+        answers = client.complete(conversations, seeds=[turn, 100 + turn], slots=asked)
+        for dialogue, answer in zip(dialogues, answers, strict=True):
+            dialogue.add_answer(answer.text.strip(), "go forward", invalid=True)
+        completions.append(answers)
+        texts = [render_chat(client.tokenizer, turns) for turns in conversations]
+        prompts.append(client.tokenizer(texts, add_special_tokens=False)["input_ids"])
+    return completions, prompts
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next(
+        (k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+@pytest.mark.parametrize(("temperature", "batch_size"), [(0.0, 0), (1.0, 1)])
+def test_the_local_client_reuses_a_slots_last_turn_and_answers_as_without_it(
+    temperature: float, batch_size: int
+) -> None:
+    """BALROG's dialogue grows within an episode: a slot's turn computes only the tokens after
+    what it shares with the slot's last one, and the answers are those of full forwards."""
+    model, tokenizer = tiny_causal_lm()
+
+    def client() -> LocalChatClient:
+        return LocalChatClient(
+            model, tokenizer, model_id="tiny", temperature=temperature, max_tokens=6,
+            batch_size=batch_size,
+        )  # fmt: skip
+
+    full, prompts = _dialogues(client(), slots=None)
+    cached, same_prompts = _dialogues(client(), slots=[0, 1])
+    assert same_prompts == prompts
+    assert [[replace(c, cached_tokens=0) for c in turn] for turn in cached] == full
+    assert all(c.cached_tokens == 0 for turn in full for c in turn)
+    # Each turn reuses exactly the tokens its prompt shares with the slot's last one (at most
+    # all but the last, whose logits start the answer); the first turn has none to reuse.
+    assert [c.cached_tokens for c in cached[0]] == [0, 0]
+    for turn in (1, 2, 3):
+        expected = [
+            min(_common_prefix(now, before), len(now) - 1)
+            for now, before in zip(prompts[turn], prompts[turn - 1], strict=True)
+        ]
+        assert [c.cached_tokens for c in cached[turn]] == expected
+    # The reuse grows with the dialogue (all but the latest observation, whose header changes,
+    # and the request after it), and falls back to the instruction when the window slides.
+    reused = [[c.cached_tokens for c in turn] for turn in cached]
+    assert all(0 < one < two and three < one for one, two, three in zip(*reused[1:], strict=True))
+    computed = sum(c.prompt_tokens - c.cached_tokens for turn in cached for c in turn)
+    assert computed < 0.6 * sum(c.prompt_tokens for turn in full for c in turn)
+
+
+def test_a_conversation_that_does_not_extend_its_slots_last_turn_reuses_only_what_it_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Negative control: asked in each other's slot at turn 2, the two episodes reuse only the
+    tokens their prompts share and still answer as without the cache, while a cache that
+    trusted the slot without comparing the tokens answers otherwise."""
+    from glam.decoding import TurnCache
+
+    model, tokenizer = tiny_causal_lm()
+
+    def client() -> LocalChatClient:
+        return LocalChatClient(model, tokenizer, model_id="tiny", max_tokens=6)
+
+    full, prompts = _dialogues(client(), slots=None)
+    swapped, _ = _dialogues(client(), slots=[0, 1], swap_at=1)
+    assert [[replace(c, cached_tokens=0) for c in turn] for turn in swapped] == full
+    others = zip(prompts[1], prompts[0][::-1], strict=True)  # each meets the other's last turn
+    shared = [_common_prefix(now, before) for now, before in others]
+    assert [c.cached_tokens for c in swapped[1]] == shared
+    assert all(n < 0.3 * len(ids) for n, ids in zip(shared, prompts[1], strict=True))
+
+    def blind(cache: TurnCache, row: int, ids: torch.Tensor) -> int:
+        kept = cache.rows.get(row)
+        return 0 if kept is None else min(len(kept.ids), len(ids) - 1)
+
+    monkeypatch.setattr(TurnCache, "reusable", blind)
+    wrong, _ = _dialogues(client(), slots=[0, 1], swap_at=1)
+    assert [c.text for c in wrong[1]] != [c.text for c in full[1]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,13 +664,21 @@ def _balrog_run(tiny_folder: Path, output_dir: Path, **client: object) -> tuple[
 
 def test_served_and_in_process_runs_agree(served: str, tiny_folder: Path, tmp_path: Path) -> None:
     """BALROG's protocol at temperature 1 through the server gives the in-process run's every
-    episode (the same seeds draw the same answers), and reports BALROG's form beside ours."""
+    episode (the same seeds draw the same answers, in-process through the turn cache), and
+    reports BALROG's form beside ours."""
     local, local_episodes = _balrog_run(tiny_folder, tmp_path / "local")
     remote, remote_episodes = _balrog_run(
         tiny_folder, tmp_path / "remote", backend="openai", base_url=served
     )
     assert local_episodes == remote_episodes and len(local_episodes) == 5
-    assert local["generation"] == {**remote["generation"], "model_id": "llama"}
+    # In-process, each slot's turns after its first read their prefix from the turn cache.
+    cached = local["generation"]["cached_prompt_tokens"]
+    assert remote["generation"]["cached_prompt_tokens"] == 0 < cached
+    assert local["generation"] == {
+        **remote["generation"],
+        "model_id": "llama",
+        "cached_prompt_tokens": cached,
+    }
     assert remote["generation"]["model_id"] == "tiny" and remote["label"].endswith(":tiny")
     usage = remote["generation"]
     assert usage["answers"] == sum(e["length"] for e in remote_episodes) == 15

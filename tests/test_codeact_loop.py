@@ -41,9 +41,9 @@ from glam.llm.config import ClientConfig
 from glam.llm.remote import OpenAIChatClient
 from glam.llm.server import ChatServer
 from glam.policy.files import CheckpointError
-from glam.ppo.checkpoint import latest_checkpoint
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import SetupError, build_policy, train
+from glam.run_dir import latest_checkpoint
 
 __all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
 

@@ -10,6 +10,8 @@
   update run from the cached trunk (`glam.trunk`): the run records its world size and DeepSpeed
   stage, its adapter loads with peft, and a run killed with SIGKILL resumes.
 - A launch whose processes would run as independent jobs stops at once, saying what to do.
+- The writing policy with GRPO on two processes: a run resumed after its second update plays
+  its third as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -230,3 +232,36 @@ def test_a_world_size_the_accelerator_does_not_see_is_refused() -> None:
     with pytest.raises(LaunchError, match="the launcher started 2 processes but this one runs"):
         check_world_size(alone, 2)
     check_world_size(SimpleNamespace(num_processes=2, distributed_type=DistributedType.NO), 2)
+
+
+def test_a_written_grpo_run_on_two_processes_resumes_as_the_uninterrupted_one(
+    tmp_path: Path,
+) -> None:
+    """The writing policy (`policy.kind=generate`) with GRPO and its KL term over gloo: every
+    process samples its own answers, the group statistics are gathered from both, and a run
+    stopped after its second update and resumed plays its third as the uninterrupted run does."""
+
+    def run(folder: Path, frames: int, *extra: str) -> subprocess.CompletedProcess:
+        command = [*accelerate_launch("multi_cpu"), "--num_processes", "2", str(SCRIPT)]
+        command += ["--config-name", "written_tiny", f"train.output_dir={folder}"]
+        command += ["algorithm.name=grpo", "algorithm.group_size=2", "algorithm.kl_coef=0.01"]
+        return _run([*command, "train.save_every=1", f"train.total_frames={frames}", *extra])
+
+    run(tmp_path / "whole", 192)
+    run(tmp_path / "cut", 128)
+    resumed = run(tmp_path / "cut", 192, "train.resume=true")
+    assert f"resumed from {tmp_path / 'cut' / 'checkpoints' / 'update_000002'}" in resumed.stdout
+    launch = yaml.safe_load((tmp_path / "cut" / "config.yaml").read_text())["launch"]
+    assert launch["world_size"] == 2 and launch["envs_per_process"] == 2
+
+    def rows(folder: Path) -> list[dict[str, str]]:
+        import csv
+
+        with (folder / "metrics.csv").open() as file:
+            return list(csv.DictReader(file))
+
+    whole, cut = rows(tmp_path / "whole"), rows(tmp_path / "cut")
+    assert [row["update"] for row in cut] == ["1", "2", "3"]
+    compared = [key for key in whole[2] if key.startswith(("losses/", "answers/", "charts/s"))]
+    assert {"answers/invalid_share", "losses/kl_ref"} <= set(compared)
+    assert [whole[2][key] for key in compared] == [cut[2][key] for key in compared]

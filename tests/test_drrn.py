@@ -40,10 +40,11 @@ from glam.baselines.drrn_trainer import (
 )
 from glam.baselines.replay import ReplayBuffer
 from glam.config import DRRNConfig, EnvConfig, PolicyConfig, compose_config
+from glam.envs import EnvRunner
 from glam.policy.llm_policy import CheckpointError, PolicyOutput
 from glam.ppo.checkpoint import check_checkpoint
 from glam.ppo.logger import read_metrics
-from glam.ppo.rollout import EnvRunner, play_episodes
+from glam.ppo.rollout import play_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_baseline.py"
@@ -598,7 +599,7 @@ def _success(policy: torch.nn.Module, *, greedy: bool) -> float:
 def test_drrn_learns_to_go_to_the_red_ball_far_better_than_random(tmp_path: Path) -> None:
     from accelerate import Accelerator
 
-    from glam.ppo.checkpoint import policy_dir
+    from glam.run_dir import policy_dir
 
     run_dir = tmp_path / "learn"
     cfg = compose_config(

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers_tiny import save_tiny_model
+from helpers_tiny import one_torch_thread, save_tiny_model  # noqa: F401 (fixture)
 
 from glam.config import EnvConfig, ModelConfig, PolicyConfig
 from glam.eval.agents import ActRequest, ScoringAgent
@@ -207,6 +207,43 @@ def test_generation_protocol_replaces_invalid_answers(tiny_folder: Path) -> None
     invalid = sum(e.invalid_actions for e in run.episodes)
     assert invalid == sum(agent_answer.strip() not in WORDS for agent_answer in agent.answers)
     assert invalid > 0
+
+
+def test_a_scoring_checkpoint_writes_with_its_language_model_head_action_heads_cannot(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    """agent.protocol=generation with a scoring checkpoint: its language-model head, which
+    scored the action strings, writes in BALROG's dialogue as a zero-shot model does (a fresh
+    adapter changes nothing: the same answers as the base model's); a policy whose actions come
+    from action heads is refused before its weights are loaded."""
+    _save_policy(tiny_folder, tmp_path / "scoring", training_env=TRAINED_ENV)
+    client = ClientConfig(temperature=0, max_tokens=4)
+    checkpoint, zero_shot = (
+        build_agent(
+            AgentConfig(kind=kind, path=path, model=str(tiny_folder), protocol="generation"),
+            greedy=False,
+            client=client,
+        )
+        for kind, path in [("checkpoint", str(tmp_path / "scoring")), ("zero_shot", "")]
+    )
+    assert isinstance(checkpoint, GenerationAgent) and checkpoint.trained_action_space == "nav"
+    assert checkpoint.name == f"checkpoint-generation:{tmp_path.name}/scoring"
+    run = _play(checkpoint)
+    _play(zero_shot)
+    assert checkpoint.answers == zero_shot.answers and len(checkpoint.answers) == run.prompts_seen
+
+    model, tokenizer = load_model(str(tiny_folder))
+    heads = PolicyConfig(head="action_heads")
+    LLMActorCritic.from_model(
+        model, tokenizer, ModelConfig(name_or_path=str(tiny_folder)), heads, WORDS
+    ).save_pretrained(tmp_path / "heads")
+    cfg = AgentConfig(kind="checkpoint", path=str(tmp_path / "heads"), protocol="generation")
+    with pytest.raises(ValueError, match=r"heads on the prompt's representation \(policy.head"):
+        build_agent(cfg, greedy=False, client=client)
+    with pytest.raises(ValueError, match="needs agent.kind zero_shot, bc, checkpoint, not random"):
+        AgentConfig(kind="random", protocol="generation")
+    with pytest.raises(ValueError, match="agent.protocol=generation plays none"):
+        AgentConfig(kind="checkpoint", path="run", protocol="generation", planner="bot")
 
 
 def test_bc_agent_scores_with_its_adapter(tiny_folder: Path, tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
 from glam.eval.mediator_agent import MediatorAgent
 from glam.policy.files import CheckpointError
-from glam.ppo.checkpoint import policy_dir
 from glam.ppo.trainer import train
+from glam.run_dir import policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL = "BabyAI-UnlockPickup-v0"

@@ -53,7 +53,7 @@ def _prompts(count: int) -> tuple[list[str], list[list[str]]]:
     """GLAM prompts of the tiny preset's level a few random steps in, with its candidates (two
     lists cut short: the padding of ragged lists is -inf on every device)."""
     from glam.config import compose_config
-    from glam.ppo.rollout import EnvRunner
+    from glam.envs import EnvRunner
 
     cfg = compose_config("tiny", [f"env.num_envs={count}", "env.nbr_obs=3"])
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=count, seed=4321)

@@ -51,9 +51,10 @@ from glam.oni.annotator import (
 from glam.oni.hook import OniEnv, OniHook, labels_path, read_labels
 from glam.oni.oracle import mission_objects, oracle_label
 from glam.oni.rewards import ClassifierReward, RankingReward, RetrievalReward, decayed
-from glam.ppo.checkpoint import check_checkpoint, latest_checkpoint
+from glam.ppo.checkpoint import check_checkpoint
 from glam.ppo.entry import run_training
 from glam.ppo.trainer import train
+from glam.run_dir import latest_checkpoint
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 
 __all__ = ["one_torch_thread", "server", "tiny_folder"]  # fixtures (one thread: autouse)

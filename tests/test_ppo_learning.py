@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from glam.config import EnvConfig, PolicyConfig
-from glam.ppo.checkpoint import policy_dir
-from glam.ppo.rollout import EnvRunner, play_episodes
+from glam.envs import EnvRunner
+from glam.ppo.rollout import play_episodes
+from glam.run_dir import policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 UPDATES = 6

@@ -32,6 +32,7 @@ from glam.config import (
     TrainConfig,
     TrainingRunConfig,
 )
+from glam.envs import EnvRunner, env_seed, resolve_action_space
 from glam.llm.chat import ChatClientError
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.buffer import RolloutBuffer
@@ -39,9 +40,7 @@ from glam.ppo.checkpoint import (
     CheckpointWriteError,
     TrainerState,
     UnusableCheckpoint,
-    latest_checkpoint,
     load_training_state,
-    policy_dir,
     remove_temporaries,
     resume_checkpoint,
     save_checkpoint,
@@ -50,7 +49,6 @@ from glam.ppo.entry import _train_and_report
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.logger import MetricsLogger
-from glam.ppo.rollout import EnvRunner, env_seed, resolve_action_space
 from glam.ppo.trainer import (
     SetupError,
     StopSignal,
@@ -64,6 +62,7 @@ from glam.ppo.trainer import (
     ppo_update,
     train,
 )
+from glam.run_dir import latest_checkpoint, policy_dir
 
 NAV = ["turn left", "turn right", "go forward"]
 
@@ -164,8 +163,8 @@ def test_env_seeds_are_disjoint_between_ranks() -> None:
 
 def test_training_seeds_never_reach_evaluation_seeds() -> None:
     from glam.config import MAX_RUN_SEED
+    from glam.envs import MAX_PROCESSES, SEEDS_PER_RANK
     from glam.eval.config import SEED_BASE
-    from glam.ppo.rollout import MAX_PROCESSES, SEEDS_PER_RANK
 
     # The largest seed any run can play: last run seed, last rank, its last reserved seed.
     highest = env_seed(MAX_RUN_SEED - 1, MAX_PROCESSES - 1) + SEEDS_PER_RANK - 1

@@ -134,6 +134,18 @@ def test_subpackages_import_each_other_without_cycles() -> None:
         pytest.fail("import cycle " + " -> ".join(cycle) + "\n" + "\n".join(hops))
 
 
+def test_evaluation_does_not_import_the_trainers() -> None:
+    """Evaluation finds a run's policy with `glam.run_dir` and plays episodes with `glam.envs`:
+    no module of glam/eval imports glam.ppo (`import glam.ppo...`, `from glam.ppo... import`,
+    `from glam import ppo`), so a change inside the trainer cannot break evaluation."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for source, target, path, line, _ in _glam_imports()
+        if source == "eval" and target == "ppo"
+    ]
+    assert not found, "glam/eval imports glam.ppo:\n" + "\n".join(found)
+
+
 def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     """A glam import inside a function is how a cycle hides; heavy optional dependencies
     (deepspeed, wandb, matplotlib) may still be imported late, glam's own modules may not."""
@@ -158,11 +170,13 @@ def _imports_none_of(module: str, heavy: set[str]) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(
-    "module", ["glam", "glam.config", "glam.campaign", "glam.llm.config", "glam.compare"]
+    "module",
+    ["glam", "glam.config", "glam.campaign", "glam.llm.config", "glam.compare", "glam.run_dir"],
 )
 def test_light_modules_do_not_import_torch(module: str) -> None:
-    """Configs, campaigns and run comparisons are read in a fraction of a second, without torch
-    or transformers: `glam`'s own names (`glam.load_model`, ...) load when first used."""
+    """Configs, campaigns, run comparisons and a run's checkpoints are read in a fraction of a
+    second, without torch or transformers: `glam`'s own names (`glam.load_model`, ...) load when
+    first used."""
     result = _imports_none_of(module, {"torch", "transformers"})
     assert result.returncode == 0, result.stderr
 

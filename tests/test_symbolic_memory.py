@@ -33,6 +33,7 @@ from glam.config import (
     check_recurrence,
     compose_config,
 )
+from glam.envs import EnvRunner, resolve_action_space
 from glam.eval.agents import SymbolicAgent
 from glam.eval.builders import build_agent
 from glam.eval.config import AgentConfig
@@ -40,10 +41,10 @@ from glam.eval.episodes import run_suite
 from glam.eval.suites import SUITES
 from glam.policy.observations import GridObservations, TextObservations
 from glam.ppo.buffer import RolloutBuffer, sequence_positions
-from glam.ppo.checkpoint import latest_checkpoint, policy_dir, read_trainer_state
+from glam.ppo.checkpoint import read_trainer_state
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.rollout import EnvRunner, play_episodes, resolve_action_space
+from glam.ppo.rollout import play_episodes
 from glam.ppo.trainer import (
     SetupError,
     StopSignal,
@@ -52,6 +53,7 @@ from glam.ppo.trainer import (
     ppo_update,
     train,
 )
+from glam.run_dir import latest_checkpoint, policy_dir
 from glam.teach.hook import TeachHook
 
 LEVEL = "BabyAI-GoToLocal-v0"

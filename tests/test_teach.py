@@ -20,10 +20,10 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
 from glam.config import PPOConfig, TeachConfig, compose_config
+from glam.envs import EnvRunner
 from glam.eval.student_agreement import mission_in_view, student_agreement
 from glam.ppo.checkpoint import TrainerState
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.rollout import EnvRunner
 from glam.ppo.trainer import _chunk_loss, train
 from glam.skills import candidate_subgoals
 from glam.teach.hook import TeachHook, distillation_loss

@@ -367,7 +367,7 @@ def test_a_checkpoint_from_before_the_layers_key_resumes_and_a_changed_one_does_
     was written before `model.lora.layers` existed) is not a change; a changed rank is."""
     from omegaconf import OmegaConf
 
-    from glam.ppo.trainer import check_same_run
+    from glam.ppo.lifecycle import check_same_run
 
     cfg = compose_config("tiny")
     checkpoint = tmp_path / "update_000001"

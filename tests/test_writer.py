@@ -9,6 +9,7 @@ turns; the cache must give a full forward's logits, and a misplaced cache must n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,9 @@ import torch
 from helpers_tiny import one_torch_thread, tiny_causal_lm  # noqa: F401 (fixture)
 
 from glam.config import AdapterConfig, GenerationConfig, ModelConfig, PolicyConfig
+from glam.decoding import TurnCache, _past, sample_answers, score_answers
 from glam.eval.generation import BalrogDialogue as EvalDialogue
 from glam.policy.balrog import BalrogDialogue, feedback_sentence
-from glam.policy.decoding import TurnCache, _past, sample_answers, score_answers
 from glam.policy.writer import Answers, WritingActorCritic, read_answer
 
 NAV = ["turn left", "turn right", "go forward"]
@@ -318,3 +319,79 @@ def test_the_harness_plays_a_writing_policy_in_its_prompt_format(
     # A random model's answers are not actions: each step counted invalid, played as a step.
     assert all(invalid == length for _, length, invalid, _ in first)
     assert play() == first  # the episodes' own RNGs seed the writing
+
+
+@pytest.mark.parametrize("agent_type", ["naive", "cot"])
+def test_a_writing_checkpoint_plays_balrogs_protocol_with_its_adapter(
+    tmp_path: Path, agent_type: str
+) -> None:
+    """agent.protocol=generation: the checkpoint's model, adapter folded in, answers BALROG's
+    dialogue through the harness, which writes BALROG's results; the adapter's answers are not
+    the base model's, so the run plays the trained weights."""
+    from glam.eval.builders import build_agent
+    from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
+    from glam.eval.config import GenerationConfig as DialogueConfig
+    from glam.eval.episodes import run_suite
+    from glam.eval.generation import GenerationAgent
+    from glam.eval.harness import evaluate
+    from glam.eval.suites import SUITES
+    from glam.llm.config import ClientConfig
+
+    policy = _writer()  # trained in GLAM's format: BALROG's dialogue is new to it
+    with torch.no_grad():  # a trained adapter: its B matrices away from their initial 0
+        for name, weights in policy.model.named_parameters():
+            if "lora_B" in name:
+                weights.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+    env = {"name": "BabyAI-GoToRedBallNoDists-v0", "nbr_obs": 1, "action_space": "nav"}
+    folder = policy.save_pretrained(tmp_path / "policy", include_base=True, training_env=env)
+    dialogue = DialogueConfig(agent_type=agent_type, max_history=2)
+    client = ClientConfig(max_tokens=6)
+    writing = {"protocol": "generation", "device": "cpu"}
+    checkpoint = AgentConfig(kind="checkpoint", path=str(folder), **writing)
+    base = AgentConfig(kind="zero_shot", model=str(folder / "base"), **writing)
+
+    def play(cfg: AgentConfig) -> GenerationAgent:
+        agent = build_agent(cfg, greedy=False, generation=dialogue, client=client)
+        assert isinstance(agent, GenerationAgent)
+        run_suite(
+            agent,
+            SUITES["no_change"],
+            level=env["name"],
+            episodes=2,
+            num_envs=2,
+            seed_base=10**12,
+            nbr_obs=1,
+            action_space="nav",
+            max_steps=2,
+        )
+        return agent
+
+    trained = play(checkpoint)
+    assert trained.trained_action_space == "nav" and len(trained.answers) >= 2
+    assert trained.answers != play(base).answers
+    results, paths = evaluate(
+        PostTrainingTestsConfig(
+            agent=checkpoint,
+            eval=EvalConfig(
+                level=env["name"],
+                episodes=2,
+                num_envs=2,
+                max_steps=3,
+                generation=dialogue,
+                client=client,
+                output_dir=str(tmp_path / "eval"),
+                progress_bar=False,
+            ),
+        )
+    )
+    assert results["protocol"] == "generation"
+    assert results["label"].startswith("checkpoint-generation:")
+    record = results["suites"]["no_change"]
+    assert (record["prompt_format"], record["action_space"]) == ("balrog", "nav")
+    usage = results["generation"]
+    steps = sum(json.loads(line)["length"] for line in paths["episodes"].read_text().splitlines())
+    assert usage["answers"] == steps > 2 and usage["completion_tokens"] <= 6 * steps
+    # Each turn after an episode's first read its slot's last turn from the cache.
+    assert 0 < usage["cached_prompt_tokens"] < usage["prompt_tokens"]
+    assert "## BALROG's form" in paths["md"].read_text()
+    assert f"agent {agent_type}, 2 turns" in paths["md"].read_text()

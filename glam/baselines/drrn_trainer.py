@@ -42,24 +42,27 @@ from safetensors.torch import load_file, save_file
 from glam.baselines.drrn import NETWORK_FIELDS, DRRNPolicy
 from glam.baselines.replay import ReplayBuffer
 from glam.config import DRRNConfig, TrainingRunConfig
+from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
 from glam.policy.llm_policy import CheckpointError
 from glam.ppo.checkpoint import TrainerState, save_checkpoint
+from glam.ppo.lifecycle import (
+    announce_resume,
+    open_run_dir,
+    raise_on_any,
+    resolved_config_yaml,
+    restore_training_state,
+)
 from glam.ppo.logger import MetricsLogger, ProgressBar
-from glam.ppo.rollout import MAX_PROCESSES, EnvRunner, EpisodeStats, env_seed
+from glam.ppo.rollout import EpisodeStats
 from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     TrainResult,
-    announce_resume,
     checkpoint_due,
     episode_metrics,
     log_update,
     open_logs,
-    open_run_dir,
     raise_if_diverged,
-    raise_on_any,
-    resolved_config_yaml,
-    restore_training_state,
 )
 
 TARGET_FILE = "target.safetensors"

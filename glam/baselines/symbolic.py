@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from glam.baselines.words import encode_texts
 from glam.config import EnvConfig, SymbolicConfig, TrainingRunConfig
+from glam.envs import resolve_action_space
 from glam.policy.files import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -64,7 +65,6 @@ from glam.policy.files import (
 from glam.policy.heads import mlp
 from glam.policy.output import PolicyOutput
 from glam.ppo.errors import SetupError
-from glam.ppo.rollout import resolve_action_space
 
 __all__ = [
     "WEIGHTS_FILE",

@@ -65,7 +65,8 @@ __all__ = [
 STATE_FILE = "jobs.tsv"
 LOCK_FILE = "launcher.lock"
 CHECKPOINTS_DIR, LATEST_POINTER, TRAINER_STATE = "checkpoints", "latest", "trainer_state.json"
-"""What a run folder says of its progress (`glam.ppo.checkpoint`'s layout, read without torch)."""
+"""What a run folder says of its progress (the layout of `glam.run_dir` and
+`glam.ppo.checkpoint`, read without torch)."""
 STATUSES = {
     "pending": "waiting for a free slot or for its training job",
     "running": "running now (pid in the state file)",

@@ -53,13 +53,13 @@ from glam.codeact.planner import (
 from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import ActionWriter, ChatWriter, LibraryWriter
 from glam.config import CodeactConfig, TrainingRunConfig
+from glam.envs import resolve_action_space
 from glam.llm.config import ClientConfig
 from glam.llm.remote import OpenAIChatClient
 from glam.models.loading import ModelNotFoundError
 from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
-from glam.ppo.rollout import resolve_action_space
 from glam.ppo.trainer import PolicyFactory, SetupError
 from glam.teach.scorers import build_scorer
 

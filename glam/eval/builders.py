@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from glam.ask.mediated import MEDIATOR_ACTIONS
@@ -39,10 +40,10 @@ from glam.llm.remote import OpenAIChatClient
 from glam.models.loading import DTYPES, load_model
 from glam.models.precision import use_tf32
 from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
-from glam.policy.files import CheckpointError
+from glam.policy.files import CheckpointError, read_policy_config
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
 from glam.policy.writer import WritingActorCritic
-from glam.ppo.checkpoint import policy_dir
+from glam.run_dir import policy_dir
 from glam.scoring import score_candidates
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer
@@ -81,6 +82,8 @@ def agent_label(cfg: AgentConfig) -> str:
         model = Path(cfg.model).name or cfg.model
         tempered = f" (T={cfg.temperature:g})" if cfg.temperature not in (None, 1.0) else ""
         return f"zero_shot-{cfg.protocol}:{model}{tempered}"
+    # A trained folder played under BALROG's protocol is another agent than under its own.
+    kind = f"{cfg.kind}-generation" if cfg.protocol == "generation" else cfg.kind
     path = Path(cfg.path).resolve()
     if path.parent.name == "checkpoints":  # a checkpoint folder: name its run
         path = path.parent.parent
@@ -91,7 +94,7 @@ def agent_label(cfg: AgentConfig) -> str:
     name = f"{path.parent.name}/{name}" if name else path.parent.name
     if cfg.planner is not None:  # a mediator played with another planner than its run's
         name = f"{name}:planner={_planner_label(cfg.planner, cfg.ask.model)}"
-    return f"{cfg.kind}:{name}"
+    return f"{kind}:{name}"
 
 
 def _planner_label(planner: str, model: str) -> str:
@@ -120,7 +123,9 @@ def build_agent(
         glam.policy.CheckpointError: a saved policy with a missing, truncated or malformed file,
             of an unknown kind, or whose model needs its own code while `agent.trust_remote_code`
             is off.
-        ValueError: `agent.dtype` other than float32 for a policy that is not a language model.
+        ValueError: `agent.dtype` other than float32 for a policy that is not a language model;
+            `agent.protocol=generation` for a checkpoint that cannot write its actions (action
+            heads, a symbolic or DRRN policy, a mediator, coded actions).
         glam.policy.CheckpointError: a mediator whose run's `ask` settings cannot be found, or a
             policy trained with coded actions whose run's iterations cannot be found.
         glam.llm.chat.ChatClientError: an `openai` endpoint that cannot be reached.
@@ -133,10 +138,13 @@ def build_agent(
         return _teacher_agent(cfg, greedy=greedy)
     if cfg.kind == "mediator":
         return MediatorAgent(agent_label(cfg), cfg.ask)
+    generation, client = generation or GenerationConfig(), client or ClientConfig()
+    if cfg.kind == "checkpoint" and cfg.protocol == "generation":
+        return _checkpoint_generation_agent(cfg, generation, client)
     if cfg.kind == "checkpoint":
         return _checkpoint_agent(cfg, greedy=greedy)
     if cfg.protocol == "generation":
-        return _generation_agent(cfg, generation or GenerationConfig(), client or ClientConfig())
+        return _generation_agent(cfg, generation, client)
     return _language_model_agent(cfg, greedy=greedy)
 
 
@@ -152,13 +160,19 @@ def _teacher_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
     return TeacherAgent(agent_label(cfg), factory, greedy=greedy)
 
 
-def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+def _policy_folder(cfg: AgentConfig) -> Path:
+    """The saved policy `agent.path` names: the folder itself, or a run's or checkpoint's."""
     path = Path(cfg.path)
     if not path.exists():
         raise FileNotFoundError(f"agent.path={cfg.path!r} does not exist (checkpoint expected)")
     folder = path if _is_saved_policy(path) else policy_dir(path)
     if not _is_saved_policy(folder):
         raise FileNotFoundError(f"{folder} holds no saved policy (a save_pretrained folder)")
+    return folder
+
+
+def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
+    folder = _policy_folder(cfg)
     policy = load_policy(folder, trust_remote_code=_trust_remote_code(cfg))
     policy.to(resolve_device(cfg.device)).eval()
     ask = _run_ask_settings(folder, policy)
@@ -182,6 +196,72 @@ def _checkpoint_agent(cfg: AgentConfig, *, greedy: bool) -> Agent:
         agent = CodeactAgent(agent, *coded)
     agent.trained_nbr_obs, agent.trained_action_space = _training_env(folder, policy.training_env)
     return agent
+
+
+def _checkpoint_generation_agent(
+    cfg: AgentConfig, generation: GenerationConfig, client_cfg: ClientConfig
+) -> GenerationAgent:
+    """A trained language policy writing its actions under BALROG's protocol: its model, the
+    LoRA adapter folded in, answers BALROG's dialogue in this process exactly as a zero-shot
+    model does (`_generation_agent`): BALROG's agent type, reading, client settings and
+    invalid-answer handling, none of the policy's own (its prompt format, stop tokens,
+    normalised reading, sampling temperature). A writing policy and a scoring one whose
+    language-model head scored the action strings both can; the others are refused.
+
+    Raises:
+        ValueError: a policy that cannot write its actions (`_generation_problem`).
+    """
+    folder = _policy_folder(cfg)
+    problem = _generation_problem(folder)
+    if problem is not None:
+        raise ValueError(
+            f"agent.protocol=generation: {folder} {problem}; evaluate it with the default "
+            "agent.protocol=scoring"
+        )
+    policy = load_policy(folder, trust_remote_code=_trust_remote_code(cfg))
+    model = policy.model
+    if isinstance(model, PeftModel):  # fold the adapter in: one plain forward per token
+        model = model.merge_and_unload()
+    if cfg.dtype != "float32":
+        model.to(DTYPES[cfg.dtype])
+    name = agent_label(cfg)
+    client = LocalChatClient(
+        model.to(resolve_device(cfg.device)),
+        policy.tokenizer,
+        model_id=name,
+        temperature=client_cfg.temperature,
+        max_tokens=client_cfg.max_tokens,
+        batch_size=cfg.batch_size,
+    )
+    agent = _dialogue_agent(name, client, generation)
+    _, agent.trained_action_space = _training_env(folder, policy.training_env)
+    return agent
+
+
+def _generation_problem(folder: Path) -> str | None:
+    """Why the policy saved in `folder` cannot write its actions in BALROG's dialogue, or None.
+
+    A writing policy (`policy.kind=generate`) was trained to write them; a scoring one
+    (`policy.kind=llm`, `policy.head=scoring`) was trained to raise the likelihood of the action
+    strings after its prompt, the very tokens it must now write, as a BC adapter was (which
+    `agent.kind=bc agent.protocol=generation` plays). The others have nothing to write with.
+    """
+    meta = read_policy_config(folder)
+    kind = meta.get("kind", "llm")
+    if kind not in ("llm", "generate"):
+        return f"holds a {kind} policy, which has no language model to write its actions"
+    if (meta.get("policy") or {}).get("head") == "action_heads":
+        return (
+            "holds a policy whose actions are the outputs of heads on the prompt's "
+            "representation (policy.head=action_heads): its language-model head was never "
+            "trained to name them"
+        )
+    words = list(meta.get("action_words") or ())
+    if words == list(MEDIATOR_ACTIONS):
+        return "holds LLM4RL's mediator, whose actions (ask the planner, or not) are not the env's"
+    if run_coded_actions(folder, words) is not None:
+        return "holds a policy trained with coded actions, which BALROG's dialogue does not offer"
+    return None
 
 
 def _writing_checkpoint_agent(
@@ -403,7 +483,15 @@ def _generation_agent(
             max_tokens=client_cfg.max_tokens,
             batch_size=cfg.batch_size,
         )
-    agent = GenerationAgent(
+    agent = _dialogue_agent(name, client, generation)
+    if client_cfg.backend == "local" and info is not None:
+        agent.trained_action_space = info.action_space
+    return agent
+
+
+def _dialogue_agent(name: str, client: ChatClient, generation: GenerationConfig) -> GenerationAgent:
+    """`client` writing the actions in BALROG's dialogue, as `eval.generation` sets it."""
+    return GenerationAgent(
         name,
         client,
         agent_type=generation.agent_type,
@@ -411,9 +499,6 @@ def _generation_agent(
         max_cot_history=generation.max_cot_history,
         feedback_on_invalid_action=generation.feedback_on_invalid_action,
     )
-    if client_cfg.backend == "local" and info is not None:
-        agent.trained_action_space = info.action_space
-    return agent
 
 
 def _history_factory(

@@ -16,6 +16,7 @@ __all__ = [
     "AGENT_KINDS",
     "AgentConfig",
     "EvalConfig",
+    "GENERATION_KINDS",
     "GenerationConfig",
     "MEDIATOR_MODES",
     "PostTrainingTestsConfig",
@@ -33,6 +34,8 @@ AGENT_KINDS: tuple[str, ...] = (
     "mediator",
 )
 """Agents the harness can evaluate."""
+GENERATION_KINDS: tuple[str, ...] = ("zero_shot", "bc", "checkpoint")
+"""Agents that can write their actions in BALROG's dialogue (`agent.protocol=generation`)."""
 
 RESULT_FILES: tuple[str, ...] = EVALUATION.files
 """What `glam.eval.harness.evaluate` writes into `eval.output_dir`, in this order; a folder holding
@@ -40,7 +43,7 @@ any of them is refused (`eval.overwrite`), one holding them all is a finished ev
 
 SEED_BASE = 10**12
 """Evaluation episodes use seeds from here up. PPO training seeds stay below it
-(`glam.ppo.rollout.SEEDS_PER_RANK`: `train.seed * 10**8 + rank * 10**6 + ...`, with
+(`glam.envs.SEEDS_PER_RANK`: `train.seed * 10**8 + rank * 10**6 + ...`, with
 `train.seed < 10**4`), so no evaluation episode is ever a training episode. (The original used
 `1e9 * seed + i`, which its training seeds `100 * seed + i` could reach.)"""
 MEDIATOR_MODES: tuple[str, ...] = ("always", "skill_end", "random")
@@ -78,9 +81,11 @@ class AgentConfig:
     `uniform` (every subgoal equally); subgoal probabilities at `agent.temperature` (1 if
     unset)."""
     protocol: str = "scoring"
-    """`scoring`: softmax over the log-likelihood of each action (GLAM); `generation`: the model
-    writes the action in BALROG's dialogue (`eval.generation`, `eval.client`), invalid answers
-    become `go forward`. zero_shot and bc only."""
+    """`scoring`: softmax over the log-likelihood of each action (GLAM), or for a checkpoint the
+    way it was trained (a writing policy writes in its own prompt format); `generation`: the
+    model writes the action in BALROG's dialogue (`eval.generation`, `eval.client`), invalid
+    answers become `go forward`. zero_shot, bc, and a checkpoint of a language policy that
+    writes its actions or scores them with its language-model head (its adapter folded in)."""
     prompt_format: str = "glam"
     """Scoring protocol of zero_shot/bc: `glam` text, or `chat` (the chat template around it).
     A checkpoint uses the format it was trained with."""
@@ -98,8 +103,8 @@ class AgentConfig:
     device: str = "auto"
     """`auto` (CUDA when available), `cpu`, `cuda`, `cuda:1`..."""
     batch_size: int = 0
-    """Most prompts per forward pass (generation protocol, in-process: per `generate` call);
-    0 puts every running env in one batch."""
+    """Most prompts per forward pass (generation protocol, in-process: conversations answered
+    together); 0 puts every running env in one batch."""
     ask: AskConfig = field(default_factory=AskConfig)
     """`mediator`: the planner, the rule that asks it (`agent.ask.mode`: always, skill_end or
     random) and the query cost (`glam.config.AskConfig`, the `ask.*` keys of training). A
@@ -121,9 +126,10 @@ class AgentConfig:
             raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
         if self.kind in ("checkpoint", "bc") and not self.path:
             raise ValueError(f"agent.kind={self.kind} needs agent.path (the trained folder)")
-        if self.protocol == "generation" and self.kind not in ("zero_shot", "bc"):
+        if self.protocol == "generation" and self.kind not in GENERATION_KINDS:
             raise ValueError(
-                f"agent.protocol=generation needs agent.kind zero_shot or bc, not {self.kind}"
+                f"agent.protocol=generation needs agent.kind {', '.join(GENERATION_KINDS)}, not "
+                f"{self.kind}"
             )
         if self.batch_size < 0:
             raise ValueError(f"agent.batch_size must be >= 0, got {self.batch_size}")
@@ -140,6 +146,11 @@ class AgentConfig:
                     f"agent.planner={self.planner} swaps the planner of a mediator's checkpoint "
                     f"(agent.kind=checkpoint), not of agent.kind={self.kind}"
                     + ("; a rule's planner is agent.ask.planner" if self.kind == "mediator" else "")
+                )
+            if self.protocol == "generation":
+                raise ValueError(
+                    f"agent.planner={self.planner} swaps the planner of a mediator, and "
+                    "agent.protocol=generation plays none (the model writes the env's actions)"
                 )
         if self.kind != "mediator" and self.ask.mode != "none":
             raise ValueError(

@@ -95,6 +95,8 @@ class GenerationAgent(Agent):
         self.answers: list[str] = []
         """Every answer, as the model wrote it, in order (for inspection)."""
         self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
+        """Of `prompt_tokens`, those read from the client's cache (the in-process turn cache)."""
         self.completion_tokens = 0
         self.cut_answers = 0
         """Answers cut at the token limit."""
@@ -113,7 +115,8 @@ class GenerationAgent(Agent):
         # One seed per answer from the episode's own RNG: an episode's answers depend on its
         # seed only, not on the other episodes of the batch (with a client that honours seeds).
         seeds = [int(rng.integers(2**31)) for rng in request.rngs]
-        completions = self.client.complete(request.messages, seeds)
+        # An env slot's dialogue grows within its episode: the client may reuse its last turn.
+        completions = self.client.complete(request.messages, seeds, slots=request.slots)
         agent_type = AGENT_TYPES[self.agent_type]
         fallback = _default_action(request)
         decisions = []
@@ -121,6 +124,7 @@ class GenerationAgent(Agent):
             text = completion.text.strip()  # BALROG's client strips every answer
             self.answers.append(completion.text)
             self.prompt_tokens += completion.prompt_tokens
+            self.cached_prompt_tokens += completion.cached_tokens
             self.completion_tokens += completion.completion_tokens
             self.cut_answers += completion.finish_reason == "length"
             answer = agent_type.answer(text)
@@ -139,11 +143,13 @@ class GenerationAgent(Agent):
         self.client.close()
 
     def usage(self) -> dict[str, Any]:
-        """Answers, tokens read and written, and answers cut at the token limit so far."""
+        """Answers, tokens read (and of those, read from a cache) and written, and answers cut
+        at the token limit so far."""
         return {
             "model_id": self.client.model_id,
             "answers": len(self.answers),
             "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cut_answers": self.cut_answers,
         }

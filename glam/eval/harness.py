@@ -168,6 +168,13 @@ def _play(agent: Agent, cfg: PostTrainingTestsConfig, start: float) -> dict[str,
         return run_tests(agent, cfg, on_episode_end=advance)
 
 
+def _protocol(cfg: PostTrainingTestsConfig) -> str:
+    """`generation` (BALROG's), `scoring` (a model zero-shot or BC), or the agent's kind."""
+    if cfg.agent.protocol == "generation" or cfg.agent.kind in ("zero_shot", "bc"):
+        return cfg.agent.protocol
+    return cfg.agent.kind
+
+
 def _write(
     agent: Agent, cfg: PostTrainingTestsConfig, runs: dict[str, SuiteRun], elapsed: float
 ) -> tuple[dict[str, Any], dict[str, Path]]:
@@ -178,7 +185,7 @@ def _write(
         "nbr_obs": nbr_obs,
         "action_space": action_space or "level default",
         "prompt_format": prompt_format_of(agent),
-        "protocol": cfg.agent.protocol if cfg.agent.kind in ("zero_shot", "bc") else cfg.agent.kind,
+        "protocol": _protocol(cfg),
         "seed_base": cfg.eval.seed_base,
         "agent": asdict(cfg.agent),
         "eval": asdict(cfg.eval),

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from glam.config import EnvConfig, PolicyConfig
+from glam.envs import EnvRunner
 from glam.eval.config import SEED_BASE
 from glam.eval.stats import wilson_interval
 from glam.policy.observations import new_episodes_forget, policy_inputs
-from glam.ppo.rollout import EnvRunner
 from glam.teach.teacher import BotTeacher
 
 __all__ = ["StudentAgreement", "mission_in_view", "student_agreement"]

@@ -11,6 +11,10 @@ An invalid answer plays `generate.invalid_action` when it is one of the suite's 
 otherwise the action standing for BALROG's "go forward" (a suite's env has no no-op to play); in
 BALROG's dialogue the next observation carries the notice, as in training; GLAM's history keeps
 the action played, not the answer. The episode reports count them (`invalid_actions`).
+
+This agent plays the checkpoint as it was trained (the default `agent.protocol=scoring`). Under
+`agent.protocol=generation` its model, adapter folded in, answers BALROG's protocol instead, as
+a zero-shot model does (`glam.eval.generation.GenerationAgent`, built by `glam.eval.builders`).
 """
 
 from __future__ import annotations

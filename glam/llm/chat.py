@@ -2,8 +2,8 @@
 
 A `ChatClient` answers a batch of conversations (lists of `{"role", "content"}` messages, as in
 OpenAI's chat API), one `Completion` each. The in-process client (`glam.llm.local`) batches them
-through one `generate` call; the HTTP client (`glam.llm.remote`) sends them concurrently to an
-OpenAI-compatible server. Time-outs, retries and a clean shutdown are the client's job: the
+through its model, reusing each env slot's last turn; the HTTP client (`glam.llm.remote`) sends
+them concurrently to an OpenAI-compatible server. Time-outs, retries and a clean shutdown are the client's job: the
 caller sees answers or a `ChatClientError` that says what failed and what to do.
 """
 
@@ -36,6 +36,9 @@ class Completion:
     """Tokens of the conversation as the model read it (chat template included)."""
     completion_tokens: int
     """Tokens generated."""
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those whose keys and values came from a cache instead of being
+    computed (OpenAI's `usage.prompt_tokens_details.cached_tokens`)."""
 
 
 class ChatClient(ABC):
@@ -46,7 +49,10 @@ class ChatClient(ABC):
 
     @abstractmethod
     def complete(
-        self, conversations: Sequence[Sequence[Message]], seeds: Sequence[int] | None = None
+        self,
+        conversations: Sequence[Sequence[Message]],
+        seeds: Sequence[int] | None = None,
+        slots: Sequence[int] | None = None,
     ) -> list[Completion]:
         """One completion per conversation, in order.
 
@@ -54,6 +60,11 @@ class ChatClient(ABC):
             conversations: the chat turns of each request.
             seeds: one sampling seed per conversation (None: unseeded). The same seed and
                 conversation give the same answer from a client that honours seeds.
+            slots: one distinct key per conversation, stable over an episode (the env slot that
+                plays it). A client may keep what it computed for a slot's conversation and
+                reuse it when the slot's next conversation starts the same way (the in-process
+                client's turn cache); the answers are the same either way. None: nothing is
+                kept.
 
         Raises:
             ChatClientError: the model could not answer (after the client's retries).

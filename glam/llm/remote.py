@@ -252,8 +252,13 @@ class OpenAIChatClient(ChatClient):
     # ---- the interface ------------------------------------------------------------------------
 
     def complete(
-        self, conversations: Sequence[Sequence[Message]], seeds: Sequence[int] | None = None
+        self,
+        conversations: Sequence[Sequence[Message]],
+        seeds: Sequence[int] | None = None,
+        slots: Sequence[int] | None = None,
     ) -> list[Completion]:
+        """`ChatClient.complete`; `slots` go unused: a server keeps its own prefix cache (vLLM's
+        automatic prefix caching) and reports it in `usage.prompt_tokens_details`."""
         if seeds is not None and len(seeds) != len(conversations):
             raise ValueError(f"{len(seeds)} seeds for {len(conversations)} conversations")
         seeds = list(seeds) if seeds is not None else [None] * len(conversations)
@@ -303,7 +308,9 @@ class OpenAIChatClient(ChatClient):
             )
         if not isinstance(usage, dict):
             raise ChatClientError(f"{where} answered a usage that is not an object: {usage!r:.80}")
-        counts = [usage.get(key, 0) for key in ("prompt_tokens", "completion_tokens")]
+        details = usage.get("prompt_tokens_details") or {}
+        cached = (details.get("cached_tokens") or 0) if isinstance(details, dict) else None
+        counts = [usage.get(key, 0) for key in ("prompt_tokens", "completion_tokens")] + [cached]
         if not all(_is_count(n) for n in counts):
             raise ChatClientError(
                 f"{where} answered token counts that are not counts (usage {usage!r:.120})"
@@ -313,6 +320,7 @@ class OpenAIChatClient(ChatClient):
             finish_reason=finish_reason,
             prompt_tokens=int(counts[0]),
             completion_tokens=int(counts[1]),
+            cached_tokens=int(counts[2]),
         )
 
 

@@ -5,7 +5,7 @@ softmax over their likelihoods; this one samples an answer after the prompt, as 
 in RAGEN, verl-agent or BALROG, and the env plays the action the answer names:
 
 - **Writing** (the rollout, `forward(prompts)`): answers are drawn token by token from
-  `softmax(logits / generate.temperature)` (`glam.policy.decoding`), up to
+  `softmax(logits / generate.temperature)` (`glam.decoding`), up to
   `generate.max_new_tokens`, ending at the end-of-text token (or a newline, for an `action`
   answer). Each is read into an action (`read_answer`): the whole answer, normalised, must be
   an action word (`generate.answer=action`), or the text after its last "ACTION:" must be
@@ -22,7 +22,7 @@ The answers travel with the transitions (`WrittenObservations.answers`): the tok
 log-probabilities under the sampling distribution (the old log-probabilities of PPO's ratio), and
 under the reference model (the base model with the LoRA adapter switched off) when the algorithm
 has a KL penalty. The keys and values of each env's last turn are kept for its next one
-(`generate.kv_cache`, `glam.policy.decoding.TurnCache`), and dropped whenever the policy goes into
+(`generate.kv_cache`, `glam.decoding.TurnCache`), and dropped whenever the policy goes into
 training mode: an update changes the weights they were computed with.
 """
 
@@ -47,9 +47,9 @@ from glam.config import (
     ModelConfig,
     PolicyConfig,
 )
+from glam.decoding import TurnCache, sample_answers, score_answers
 from glam.models.loading import load_model
 from glam.policy.balrog import last_action
-from glam.policy.decoding import TurnCache, sample_answers, score_answers
 from glam.policy.files import CONFIG_FILE, CheckpointError, env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.policy.output import PolicyOutput

@@ -25,13 +25,13 @@ points at a complete checkpoint, even if the run is killed half-way through a sa
 fails (a full disk) removes its temporary folder on every process and raises
 `CheckpointWriteError`. Before a resume `check_checkpoint` verifies that every file is there, has
 its recorded size and parses. Loading uses JSON, safetensors and `torch.load(weights_only=True)`:
-it never runs pickled code.
+it never runs pickled code. Finding a run's newest checkpoint and its policy, without torch, is
+`glam.run_dir`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import os
@@ -52,9 +52,15 @@ from omegaconf import OmegaConf
 from safetensors import SafetensorError
 
 from glam.ppo.errors import RunWriteError
+from glam.run_dir import (
+    CHECKPOINT_PATTERN,
+    CHECKPOINTS_DIR,
+    LATEST_POINTER,
+    checkpoint_name,
+    describe_error,
+    read_pointer,
+)
 
-CHECKPOINTS_DIR = "checkpoints"
-LATEST_POINTER = "latest"
 MANIFEST = "manifest.json"
 ROLLOUTS_DIR = "rollouts"
 """Run-folder part of `train.save_rollouts`: `rollouts/rank_R/update_N/` per checkpoint."""
@@ -62,7 +68,6 @@ METRICS_CSV = "metrics.csv"
 DEEPSPEED_DIR = "deepspeed"
 """Folder of a checkpoint holding DeepSpeed's own checkpoint (optimizer shards) under DeepSpeed."""
 DEEPSPEED_TAG = "state"
-_NAME = re.compile(r"^update_(\d+)$")
 _TEMPORARY = re.compile(r"^(\.tmp-.*|\..*\.tmp)$")
 # What a full disk or a failing file system raises: OSError from Python's writes, RuntimeError
 # from torch's C++ writer (DeepSpeed's files), SafetensorError from safetensors' Rust writer.
@@ -91,54 +96,6 @@ class TrainerState:
     """Training wall time so far, over every session of the run."""
     world_size: int = 1
     """Processes of the run that wrote the checkpoint (resuming needs the same)."""
-
-
-def checkpoint_name(update: int) -> str:
-    """Folder name of the checkpoint written after `update` updates."""
-    return f"update_{update:06d}"
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The checkpoint the `latest` pointer of a run names, or None without a pointer.
-
-    Raises:
-        FileNotFoundError: the pointer is unreadable or names no checkpoint folder.
-    """
-    checkpoints = Path(run_dir) / CHECKPOINTS_DIR
-    pointer = checkpoints / LATEST_POINTER
-    if not pointer.is_file():
-        return None
-    name, problem = _read_pointer(pointer)
-    if problem is not None:
-        raise FileNotFoundError(f"{pointer} {problem}")
-    return checkpoints / name
-
-
-def _read_pointer(pointer: Path) -> tuple[str, str | None]:
-    """The name `latest` holds, and what is wrong with it (None if it names a folder)."""
-    try:
-        name = pointer.read_text().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        return "", f"is unreadable ({describe_error(error)})"
-    if not name:
-        return name, "is empty"
-    if not _NAME.match(name):
-        return name, f"holds {name[:40]!r}, not a checkpoint name (update_NNNNNN)"
-    if not (pointer.parent / name).is_dir():
-        return name, f"names {name}, which is missing"
-    return name, None
-
-
-def policy_dir(run_dir_or_checkpoint: str | Path) -> Path:
-    """The `policy/` folder (`glam.baselines.loading.load_policy`) of a checkpoint or of the
-    newest checkpoint of a run folder."""
-    path = Path(run_dir_or_checkpoint)
-    if (path / "policy").is_dir():
-        return path / "policy"
-    checkpoint = latest_checkpoint(path)
-    if checkpoint is None:
-        raise FileNotFoundError(f"{path} is neither a checkpoint nor a run with checkpoints")
-    return checkpoint / "policy"
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -312,31 +269,6 @@ def _attempt(write: Any, folder: Path) -> str | None:
     return None
 
 
-def describe_error(error: BaseException, folder: Path | None = None) -> str:
-    """An error in a few words: `permission denied`, `no space left on device` on a full disk
-    whichever library's error said it (torch's C++ writer names no cause: then, if `folder` is
-    given, its disk is asked)."""
-    code = getattr(error, "errno", None)
-    text = str(error).strip()
-    if code is None and ("os error 28" in text or "No space left" in text):
-        code = errno.ENOSPC
-    if code is None and folder is not None and _disk_full(folder):
-        code = errno.ENOSPC
-    if code is not None:
-        words = os.strerror(code)
-        return words[:1].lower() + words[1:]
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def _disk_full(folder: Path) -> bool:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return shutil.disk_usage(folder).free < 1 << 20
-    except OSError:
-        return False
-
-
 def first_problem(accelerator: Accelerator, problem: str | None) -> str | None:
     """The first process's problem, on every process (collective): what stops one process stops
     them all, together."""
@@ -357,7 +289,7 @@ def _write_manifest(folder: Path) -> None:
 
 
 def _prune(checkpoints: Path, *, keep: int, protect: str) -> None:
-    names = sorted(p.name for p in checkpoints.iterdir() if _NAME.match(p.name))
+    names = sorted(p.name for p in checkpoints.iterdir() if CHECKPOINT_PATTERN.match(p.name))
     for old in names[:-keep]:
         if old != protect:
             shutil.rmtree(checkpoints / old, ignore_errors=True)
@@ -367,7 +299,7 @@ def _updates(checkpoints: Path) -> dict[int, Path]:
     """The `update_N` folders of `checkpoints/` by update."""
     if not checkpoints.is_dir():
         return {}
-    return {int(m[1]): p for p in checkpoints.iterdir() if (m := _NAME.match(p.name))}
+    return {int(m[1]): p for p in checkpoints.iterdir() if (m := CHECKPOINT_PATTERN.match(p.name))}
 
 
 def _abandoned_folder(checkpoints: Path) -> Path:
@@ -409,7 +341,7 @@ def set_aside_after(checkpoint: Path, update: int) -> Path | None:
     rollouts = [
         path
         for path in sorted((run_dir / ROLLOUTS_DIR).glob("rank_*/update_*"))
-        if (m := _NAME.match(path.name)) and int(m[1]) > update
+        if (m := CHECKPOINT_PATTERN.match(path.name)) and int(m[1]) > update
     ]
     folder = None
     if later or rollouts:
@@ -453,9 +385,9 @@ def resume_checkpoint(
             raise UnusableCheckpoint(
                 f"{pointer} is missing" + _fallback(checkpoints, None, deepspeed)
             )
-        name, problem = _read_pointer(pointer)
+        name, problem = read_pointer(pointer)
         if problem is not None:
-            before = int(m[1]) if (m := _NAME.match(name)) else None
+            before = int(m[1]) if (m := CHECKPOINT_PATTERN.match(name)) else None
             raise UnusableCheckpoint(
                 f"{pointer} {problem}" + _fallback(checkpoints, before, deepspeed)
             )
@@ -463,7 +395,7 @@ def resume_checkpoint(
     try:
         check_checkpoint(checkpoint, deepspeed=deepspeed)
     except UnusableCheckpoint as error:
-        before = int(_NAME.match(checkpoint.name)[1])
+        before = int(CHECKPOINT_PATTERN.match(checkpoint.name)[1])
         raise UnusableCheckpoint(
             f"{checkpoint}: {error}" + _fallback(checkpoints, before, deepspeed)
         ) from None
@@ -475,7 +407,11 @@ def _requested_checkpoint(checkpoints: Path, requested: str) -> Path:
     if not path.is_absolute() and (checkpoints / path).is_dir():
         path = checkpoints / path
     path = path.resolve()
-    if path.parent != checkpoints.resolve() or not _NAME.match(path.name) or not path.is_dir():
+    if (
+        path.parent != checkpoints.resolve()
+        or not CHECKPOINT_PATTERN.match(path.name)
+        or not path.is_dir()
+    ):
         names = ", ".join(sorted(p.name for p in _updates(checkpoints).values())) or "none"
         raise UnusableCheckpoint(
             f"train.resume_from={requested!r} is not a checkpoint of this run (in {checkpoints}: "
@@ -578,7 +514,7 @@ def _read_state(checkpoint: Path) -> TrainerState:
                 f"trainer_state.json: {name} is {value!r}, it must be {kind} >= {least}"
             )
     state = TrainerState(**data)
-    named = _NAME.match(checkpoint.name)
+    named = CHECKPOINT_PATTERN.match(checkpoint.name)
     if named and int(named[1]) != state.update:
         raise UnusableCheckpoint(
             f"trainer_state.json: update is {state.update}, but the folder is {checkpoint.name}"
@@ -694,7 +630,7 @@ def _naming_the_file(checkpoint: Path, name: str, deepspeed: bool) -> Iterator[N
         text = _first_line(error)
         if "weights_only" in str(error) or "Weights only load failed" in text:
             text = "it holds objects other than tensors and numbers, which are never unpickled"
-        update = _NAME.match(checkpoint.name)
+        update = CHECKPOINT_PATTERN.match(checkpoint.name)
         before = int(update[1]) if update else None
         raise UnusableCheckpoint(
             f"{name} does not load ({text})" + _fallback(checkpoint.parent, before, deepspeed)

@@ -38,12 +38,12 @@ from minigrid.core.actions import Actions
 
 from babyai_text import ActionSpace
 from glam.config import EnvConfig, GenerationConfig, PolicyConfig
+from glam.envs import EnvRunner, resolve_action_space
 from glam.llm.local import render_chat
 from glam.policy.balrog import AGENT_TYPES, BalrogDialogue, feedback_sentence
 from glam.policy.prompts import glam_prompt
 from glam.policy.writer import Answers, WrittenObservations, normalize_answer
 from glam.ppo.errors import TrainingDiverged
-from glam.ppo.rollout import EnvRunner, resolve_action_space
 
 __all__ = ["NOOP_WORD", "PolicyCollapsed", "WrittenEnvRunner", "answer_statistics"]
 

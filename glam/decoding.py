@@ -18,11 +18,12 @@ part of the answer: the model chose to stop there, and that choice is trained li
 token. Tokens after it are padding, masked out of every sum.
 
 Keys and values across turns (`TurnCache`): an episode's next prompt usually starts with its last
-one (BALROG's dialogue only grows), so the cache keeps, per batch row, the tokens a forward read
-and their keys and values, and the next call reads only what comes after their longest common
-prefix with the new prompt. The keys of a causal model at position k depend on tokens 0..k only,
-so reusing them is exact; rows are re-assembled left-padded, with the padding between a row's
-cached part and its new tokens masked out.
+one (BALROG's dialogue only grows), so the cache keeps, per batch row (per env slot for the chat
+client of `glam.llm.local`), the tokens a forward read and their keys and values, and the next
+call reads only what comes after their longest common prefix with the new prompt. The keys of a
+causal model at position k depend on tokens 0..k only, so reusing them is exact; rows are
+re-assembled left-padded, with the padding between a row's cached part and its new tokens masked
+out.
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ class _CachedRow:
 class TurnCache:
     """Per batch row, the keys and values of the tokens the row's last forward read.
 
-    A row is matched by position in the batch (the env runner keeps env i at row i); any prompt
-    may come in any row, since only the longest common prefix of the cached tokens and the new
-    prompt is reused. Clear it whenever the weights change (`glam.policy.writer` does it when
-    the policy goes into training mode).
+    A prompt reads and writes the cache row of its position in the batch (the env runner keeps
+    env i at row i), or the row `sample_answers` is given for it (`cache_rows`: the chat client
+    of `glam.llm.local` names each conversation's env slot). Any prompt may come in any row,
+    since only the longest common prefix of the cached tokens and the new prompt is reused.
+    Clear it whenever the weights change (`glam.policy.writer` does it when the policy goes into
+    training mode).
     """
 
     rows: dict[int, _CachedRow] = field(default_factory=dict)
@@ -143,10 +146,18 @@ def _positions(mask: Tensor, start: Tensor) -> Tensor:
     return ((mask.cumsum(1) - 1).clamp(min=0) + start[:, None]) * mask
 
 
-def _past(cache: TurnCache, reused: Tensor, width: int, device: torch.device) -> DynamicCache:
-    """The rows' reused keys and values as one left-padded cache of `width` positions."""
+def _past(
+    cache: TurnCache,
+    reused: Tensor,
+    width: int,
+    device: torch.device,
+    cache_rows: Sequence[int] | None = None,
+) -> DynamicCache:
+    """The reused keys and values of the batch's rows (row i's in cache row `cache_rows[i]`,
+    default i) as one left-padded cache of `width` positions."""
     layers = []
-    rows = {i: cache.rows[i] for i in range(len(reused)) if reused[i] > 0}
+    cache_rows = range(len(reused)) if cache_rows is None else cache_rows
+    rows = {i: cache.rows[cache_rows[i]] for i in range(len(reused)) if reused[i] > 0}
     template = next(iter(rows.values())).layers
     for layer, (key0, value0) in enumerate(template):
         keys = key0.new_zeros((len(reused), key0.shape[0], width, key0.shape[2]))
@@ -164,14 +175,17 @@ def _keep(
     past: DynamicCache,
     columns: list[Tensor],
     ids: list[Tensor],
+    cache_rows: Sequence[int],
 ) -> None:
-    """Store, for row i, the keys and values of `past` at `columns[i]` as those of `ids[i]`."""
+    """Store in cache row `cache_rows[i]` the keys and values of `past`'s row i at `columns[i]`,
+    as those of `ids[i]`."""
     for i, (row_columns, row_ids) in enumerate(zip(columns, ids, strict=True)):
         layers = [
             (layer.keys[i][:, row_columns].detach(), layer.values[i][:, row_columns].detach())
             for layer in past.layers
         ]
-        cache.rows[i] = _CachedRow(row_ids.cpu(), layers)  # keys stay on the model's device
+        # The keys stay on the model's device.
+        cache.rows[cache_rows[i]] = _CachedRow(row_ids.cpu(), layers)
 
 
 @torch.no_grad()
@@ -184,30 +198,38 @@ def sample_answers(
     stop: Tensor,
     pad_id: int,
     cache: TurnCache | None = None,
+    cache_rows: Sequence[int] | None = None,
     keep_going: Callable[[bool], bool] | None = None,
     greedy: bool = False,
 ) -> SampledAnswers:
     """Draw one answer after each prompt (token ids `(n_i,)`, special tokens included).
 
-    `stop` `(vocab,)` bool marks the tokens that end an answer. With `cache`, each row reuses
-    the keys of its longest common prefix with the row's last forward, and keeps this call's
-    for the next. `keep_going(any_row_still_writing)` decides whether to draw another token
-    (default: while a row is still writing); a data-parallel caller makes it collective, so
+    `stop` `(vocab,)` bool marks the tokens that end an answer. With `cache`, prompt i reuses
+    the keys of its longest common prefix with the tokens of cache row `cache_rows[i]`
+    (distinct rows; default i), and keeps this call's there for the next.
+    `keep_going(any_row_still_writing)` decides whether to draw another token (default: while
+    a row is still writing); a data-parallel caller makes it collective, so
     that every process runs the same number of forwards (ZeRO-3 gathers weights in each).
     `greedy` takes the likeliest token instead of drawing one (the log-probabilities stay the
     tempered distribution's).
     """
     device = next(model.parameters()).device
     batch = len(prompts)
+    rows = list(range(batch)) if cache_rows is None else [int(row) for row in cache_rows]
+    if len(rows) != batch or len(set(rows)) != batch:
+        raise ValueError(f"{batch} prompts need as many distinct cache rows, got {rows}")
     reused = torch.tensor(
-        [cache.reusable(i, ids) if cache is not None else 0 for i, ids in enumerate(prompts)]
+        [
+            cache.reusable(row, ids) if cache is not None else 0
+            for row, ids in zip(rows, prompts, strict=True)
+        ]
     )
     new = [ids[int(n) :] for ids, n in zip(prompts, reused, strict=True)]
     past_width, new_width = int(reused.max()), max(len(ids) for ids in new)
     input_ids, new_mask = _left_pad(new, new_width, pad_id)
     past_mask = (torch.arange(past_width) >= past_width - reused[:, None]).long()
     attention = torch.cat([past_mask, new_mask], 1).to(device)
-    past = DynamicCache() if past_width == 0 else _past(cache, reused, past_width, device)
+    past = DynamicCache() if past_width == 0 else _past(cache, reused, past_width, device, rows)
     outputs = model(
         input_ids=input_ids.to(device),
         attention_mask=attention,
@@ -270,7 +292,7 @@ def sample_answers(
             )
             kept_columns.append(cols.to(device))
             kept_ids.append(torch.cat([prompts[i], tokens[i, :answer_fed]]))
-        _keep(cache, outputs.cache, kept_columns, kept_ids)
+        _keep(cache, outputs.cache, kept_columns, kept_ids, rows)
         cache.reused_tokens += int(reused.sum())
         cache.prompt_tokens += sum(len(ids) for ids in prompts)
     width = max(int(lengths.max()), 1)
