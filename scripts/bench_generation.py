@@ -45,6 +45,17 @@ from glam.policy.writer import WritingActorCritic
 from glam.ppo.written import WrittenEnvRunner
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=glam.DEFAULT_MODEL, help="model spec for load_model")
@@ -52,10 +63,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--level", default="BabyAI-GoToLocal-v0")
     parser.add_argument("--action-space", default="default")
     parser.add_argument("--prompt-format", default="balrog", choices=["balrog", "chat", "glam"])
-    parser.add_argument("--envs", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--max-history", type=int, default=16, help="BALROG's dialogue length")
+    parser.add_argument("--envs", type=positive, default=5)
+    parser.add_argument("--steps", type=positive, default=16)
+    parser.add_argument("--max-new-tokens", type=positive, default=8)
+    parser.add_argument("--max-history", type=positive, default=16, help="BALROG's dialogue length")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -117,6 +128,8 @@ def play(policy: WritingActorCritic, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     args = parse_args()
+    if args.out is not None and args.out.is_dir():  # found now, not after minutes of playing
+        fail(f"--out {args.out} is a folder: give the path of a JSON file")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

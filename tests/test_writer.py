@@ -10,6 +10,8 @@ turns; the cache must give a full forward's logits, and a misplaced cache must n
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -395,3 +397,15 @@ def test_a_writing_checkpoint_plays_balrogs_protocol_with_its_adapter(
     assert 0 < usage["cached_prompt_tokens"] < usage["prompt_tokens"]
     assert "## BALROG's form" in paths["md"].read_text()
     assert f"agent {agent_type}, 2 turns" in paths["md"].read_text()
+
+
+def test_the_generation_benchmark_refuses_bad_options_before_it_plays(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_generation.py"
+    for options, message in (
+        (["--envs", "0"], "argument --envs: must be >= 1, got 0"),
+        (["--model", "tiny-random-llama", "--out", str(tmp_path)], "is a folder"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(script), *options], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
