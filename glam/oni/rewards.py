@@ -136,7 +136,40 @@ class _BagClassifier(nn.Module):
         return self.out(self.embed(ids, offsets)).squeeze(-1)
 
 
-class ClassifierReward(RewardModel):
+class _FittedReward(RewardModel):
+    """A reward model whose network (`_BagClassifier`) is fitted by `steps` Adam steps on
+    minibatches of its examples after each update that brought new ones, while there are at
+    most `max_examples`: the set-up and the step the classifier and the ranking model share."""
+
+    def __init__(
+        self, *, steps: int, max_examples: int, lr: float, hidden: int, batch_size: int, seed: int
+    ) -> None:
+        self.steps, self.max_examples, self.batch_size = steps, max_examples, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.model = _BagClassifier(hidden, self.generator)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self._new = 0
+        self._cache: dict[Message, float] = {}
+        self.fitted = False
+
+    def _due(self, examples: int) -> bool:
+        """Whether to fit now: new examples came, and not too many in all."""
+        return bool(self._new and examples <= self.max_examples and self.steps)
+
+    def _minibatch(self, examples: int) -> torch.Tensor:
+        """The rows of one step: every example, or `batch_size` of them drawn with replacement."""
+        if examples <= self.batch_size:
+            return torch.arange(examples)
+        return torch.randint(examples, (self.batch_size,), generator=self.generator)
+
+    def _step(self, loss: torch.Tensor) -> float:
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
+class ClassifierReward(_FittedReward):
     """`P(helpful | message)` from a classifier trained on the labels (see the module
     docstring): `steps` Adam steps on minibatches of the labels after each update that brought
     new ones, while there are at most `max_examples`."""
@@ -153,16 +186,13 @@ class ClassifierReward(RewardModel):
         batch_size: int = 256,
         seed: int = 0,
     ) -> None:
-        self.steps, self.max_examples, self.batch_size = steps, max_examples, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
-        self.model = _BagClassifier(hidden, self.generator)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        super().__init__(
+            steps=steps, max_examples=max_examples, lr=lr, hidden=hidden,
+            batch_size=batch_size, seed=seed,
+        )  # fmt: skip
         self.messages: list[Message] = []
         self.labels: list[float] = []
         self._index: dict[Message, int] = {}
-        self._new = 0
-        self._cache: dict[Message, float] = {}
-        self.fitted = False
 
     def add(self, labels: Sequence[tuple[Message, float]]) -> None:
         for message, label in labels:
@@ -187,24 +217,17 @@ class ClassifierReward(RewardModel):
         return torch.sigmoid(self.model(*_bag(messages)))
 
     def fit(self) -> dict[str, float]:
-        if not self._new or len(self.messages) > self.max_examples or not self.steps:
+        if not self._due(len(self.messages)):
             return {}
         self._new = 0
         labels = torch.tensor(self.labels)
         losses = []
         for _ in range(self.steps):
-            if len(self.messages) <= self.batch_size:
-                rows = torch.arange(len(self.messages))
-            else:
-                rows = torch.randint(
-                    len(self.messages), (self.batch_size,), generator=self.generator
-                )
+            rows = self._minibatch(len(self.messages))
             logits = self.model(*_bag([self.messages[i] for i in rows.tolist()]))
-            loss = nn.functional.binary_cross_entropy_with_logits(logits, labels[rows])
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            losses.append(loss.item())
+            losses.append(
+                self._step(nn.functional.binary_cross_entropy_with_logits(logits, labels[rows]))
+            )
         self.fitted = True
         self._cache.clear()
         with torch.no_grad():
@@ -224,7 +247,7 @@ def _bag(
     return torch.tensor([i for f in features for i in f], dtype=torch.long), offsets
 
 
-class RankingReward(RewardModel):
+class RankingReward(_FittedReward):
     """Motif's reward model: a score `s(message)` (the classifier's network: hashed words into
     an MLP, one output) fitted to pairwise preferences by Bradley-Terry, `P(a preferred to b) =
     sigmoid(s(a) - s(b))`; `steps` Adam steps on minibatches of the pairs after each update
@@ -253,22 +276,19 @@ class RankingReward(RewardModel):
         batch_size: int = 256,
         seed: int = 0,
     ) -> None:
-        self.steps, self.max_examples, self.batch_size = steps, max_examples, batch_size
+        super().__init__(
+            steps=steps, max_examples=max_examples, lr=lr, hidden=hidden,
+            batch_size=batch_size, seed=seed,
+        )  # fmt: skip
         self.threshold = threshold
-        self.generator = torch.Generator().manual_seed(seed)
-        self.model = _BagClassifier(hidden, self.generator)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.pairs: list[Pair] = []
         self.preferences: list[float] = []
         self._index: dict[Pair, int] = {}
         self.messages: dict[Message, list[int]] = {}
         """Every message of the pairs, in order of arrival (the population of the ranks), with
         its feature ids (hashed once: hashing is most of a step's time otherwise)."""
-        self._new = 0
-        self._cache: dict[Message, float] = {}
         self._population = torch.zeros(0)
         """The scores of the messages met, at the last fit."""
-        self.fitted = False
 
     def add(self, labels: Sequence[tuple[Pair, float]]) -> None:  # type: ignore[override]
         for pair, preference in labels:
@@ -302,24 +322,22 @@ class RankingReward(RewardModel):
         return self._cache[message]
 
     def fit(self) -> dict[str, float]:
-        if not self._new or len(self.pairs) > self.max_examples or not self.steps:
+        if not self._due(len(self.pairs)):
             return {}
         self._new = 0
         preferences = torch.tensor(self.preferences)
         losses = []
         for _ in range(self.steps):
-            if len(self.pairs) <= self.batch_size:
-                rows = torch.arange(len(self.pairs))
-            else:
-                rows = torch.randint(len(self.pairs), (self.batch_size,), generator=self.generator)
+            rows = self._minibatch(len(self.pairs))
             picked = [self.pairs[i] for i in rows.tolist()]
             first = self.model(*_bag([a for a, _ in picked], self.messages))
             second = self.model(*_bag([b for _, b in picked], self.messages))
-            loss = nn.functional.binary_cross_entropy_with_logits(first - second, preferences[rows])
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            losses.append(loss.item())
+            margins = first - second
+            losses.append(
+                self._step(
+                    nn.functional.binary_cross_entropy_with_logits(margins, preferences[rows])
+                )
+            )
         self.fitted = True
         self._cache.clear()
         self._population = self.scores(list(self.messages))
