@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from glam.ask.hook import AskHook, build_mediator_policy
 from glam.codeact.hook import CodeactHook
-from glam.config import TrainingRunConfig
 from glam.oni.hook import OniHook
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import PolicyFactory
 from glam.probe import ProbeHook
+from glam.run_config import TrainingRunConfig
 from glam.teach.hook import TeachHook
 
 

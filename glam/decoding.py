@@ -28,6 +28,7 @@ out.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,9 +36,14 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
 
+from glam.scoring import TrunkCut
+from glam.trunk import keep_layer_input, run_from_layer, skip_layers
+
 __all__ = [
     "SampledAnswers",
     "TurnCache",
+    "answer_spans",
+    "answer_trunk",
     "sample_answers",
     "score_answers",
     "token_entropy",
@@ -314,6 +320,54 @@ def _answer_lengths(tokens: Tensor, writing: Tensor, stop: Tensor, drawn: int) -
     return torch.where(writing, drawn, first)
 
 
+def _answer_layout(
+    prompts: Sequence[Tensor], answers: Tensor, lengths: Tensor, pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, int]:
+    """`(input_ids, attention_mask, position_ids, width)` of prompt + answer rows: prompts
+    left-padded to end in column `width - 1`, the answers after them, padding masked out."""
+    width = max(len(ids) for ids in prompts)
+    prompt_ids, prompt_mask = _left_pad(prompts, width, pad_id)
+    answer_mask = (torch.arange(answers.shape[1]) < lengths[:, None]).long()
+    input_ids = torch.cat([prompt_ids, answers.masked_fill(answer_mask == 0, pad_id)], 1)
+    mask = torch.cat([prompt_mask, answer_mask], 1)
+    return input_ids, mask, _positions(mask, torch.zeros(len(prompts), dtype=torch.long)), width
+
+
+def answer_spans(prompts: Sequence[Tensor], lengths: Tensor) -> list[slice]:
+    """Each row's real tokens among the columns of `score_answers`'s forward: its prompt, then
+    its answer (the columns of `answer_trunk`'s states)."""
+    width = max(len(ids) for ids in prompts)
+    return [
+        slice(width - len(ids), width + int(n)) for ids, n in zip(prompts, lengths, strict=True)
+    ]
+
+
+def answer_trunk(
+    model: nn.Module,
+    prompts: Sequence[Tensor],
+    answers: Tensor,
+    lengths: Tensor,
+    *,
+    pad_id: int,
+    cut: TrunkCut,
+) -> list[Tensor]:
+    """The frozen trunk's states of prompt + answer rows (`glam.trunk`): per row `(prompt +
+    answer tokens, hidden)`, the hidden states entering the lowest adapted layer `cut.first`, in
+    one forward that runs only the layers below it."""
+    device = next(model.parameters()).device
+    input_ids, mask, positions, _ = _answer_layout(prompts, answers, lengths, pad_id)
+    with keep_layer_input(cut.layers, cut.first) as kept, skip_layers(cut.layers, cut.first):
+        model(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=False,
+            logits_to_keep=1,
+        )
+    hidden = kept[0]
+    return [hidden[i, span] for i, span in enumerate(answer_spans(prompts, lengths))]
+
+
 def score_answers(
     model: nn.Module,
     prompts: Sequence[Tensor],
@@ -322,33 +376,46 @@ def score_answers(
     *,
     temperature: float,
     pad_id: int,
+    cut: TrunkCut | None = None,
+    trunk: Sequence[Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher-forced log-probabilities of `answers` `(B, T)` (their first `lengths` tokens)
     after `prompts`, under `softmax(logits / temperature)`, in one forward.
+
+    Given `trunk` (each row's `answer_trunk` states) and its `cut`, the forward runs only the
+    layers from `cut.first` up, from those states (`glam.trunk.run_from_layer`).
 
     Returns:
         `(logprobs, entropy, prompt_hidden)`: `(B, T)` per answer token (0 after its end), and
         `(B, hidden)` the final hidden state at each prompt's last token.
     """
     device = next(model.parameters()).device
-    width = max(len(ids) for ids in prompts)
-    prompt_ids, prompt_mask = _left_pad(prompts, width, pad_id)
+    input_ids, mask, positions, width = _answer_layout(prompts, answers, lengths, pad_id)
     steps = answers.shape[1]
-    answer_mask = (torch.arange(steps) < lengths[:, None]).long()
-    input_ids = torch.cat([prompt_ids, answers.masked_fill(answer_mask == 0, pad_id)], 1)
-    mask = torch.cat([prompt_mask, answer_mask], 1)
-    outputs = model(
-        input_ids=input_ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=_positions(mask, torch.zeros(len(prompts), dtype=torch.long)).to(device),
-        use_cache=False,
-        output_hidden_states=True,
-        logits_to_keep=steps + 1,
-    )
+    replay = contextlib.nullcontext()
+    if trunk is not None:
+        if cut is None or cut.layers is None:
+            raise ValueError("trunk states need the cut of a decoder-only model's layers")
+        spans = answer_spans(prompts, lengths)
+        if [len(states) for states in trunk] != [span.stop - span.start for span in spans]:
+            raise ValueError("the trunk states are not those of these prompts and answers")
+        hidden = trunk[0].new_zeros((len(prompts), input_ids.shape[1], trunk[0].shape[-1]))
+        for i, (states, span) in enumerate(zip(trunk, spans, strict=True)):
+            hidden[i, span] = states
+        replay = run_from_layer(cut.layers, cut.first, hidden.to(device))
+    with replay:
+        outputs = model(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=False,
+            output_hidden_states=True,
+            logits_to_keep=steps + 1,
+        )
     # Column width - 1 (each prompt's last token) predicts the first answer token.
     step_logprobs = (outputs.logits[:, :steps].float() / temperature).log_softmax(-1)
     chosen = step_logprobs.gather(2, answers.to(device)[:, :, None])[:, :, 0]
-    keep = answer_mask.to(device).bool()
+    keep = mask[:, width:].to(device).bool()
     logprobs = torch.where(keep, chosen, 0.0)
     entropy = torch.where(keep, token_entropy(step_logprobs), 0.0)
     return logprobs, entropy, outputs.hidden_states[-1][:, width - 1]

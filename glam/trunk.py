@@ -145,13 +145,29 @@ def run_from_layer(layers: nn.ModuleList, first: int, hidden: Tensor) -> Iterato
         return args, {**kwargs, "hidden_states": hidden.to(kwargs["hidden_states"].dtype)}
 
     handle = layers[first].register_forward_pre_hook(replace, with_kwargs=True)
-    skipped = list(layers[:first])
+    try:
+        with _passing_through(list(layers[:first])):
+            yield
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def skip_layers(layers: nn.ModuleList, first: int) -> Iterator[None]:
+    """Within the block, `layers[first:]` return their input: a forward computes the trunk
+    below `layers[first]` only (with `keep_layer_input`, the states to keep), then the final
+    norm and head on whatever positions it keeps (cheap: one position is enough)."""
+    with _passing_through(list(layers[first:])):
+        yield
+
+
+@contextlib.contextmanager
+def _passing_through(skipped: list[nn.Module]) -> Iterator[None]:
     for layer in skipped:
         layer.forward = _pass_through
     try:
         yield
     finally:
-        handle.remove()
         for layer in skipped:
             del layer.forward
 

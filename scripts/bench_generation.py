@@ -32,16 +32,11 @@ import torch
 
 import glam
 from glam.cli import fail
-from glam.config import (
-    AdapterConfig,
-    AlgorithmConfig,
-    EnvConfig,
-    GenerationConfig,
-    ModelConfig,
-    PolicyConfig,
-)
+from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.envs import resolve_action_space
+from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import WritingActorCritic
+from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.written import WrittenEnvRunner
 
 

@@ -40,11 +40,12 @@ import torch
 import transformers
 
 from glam.cli import report
-from glam.config import ConfigError, TrainingRunConfig, compose_config
+from glam.config import ConfigError, compose_config
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.logger import read_metrics
 from glam.ppo.timing import PHASES, peak_rss_mib
 from glam.ppo.trainer import train
+from glam.run_config import TrainingRunConfig
 
 
 def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:

@@ -85,11 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from glam.baselines.loading import load_policy
-    from glam.config import ConfigError, TrainingRunConfig, validate_config
+    from glam.config import ConfigError, validate_config
     from glam.eval.config import SEED_BASE
     from glam.eval.student_agreement import student_agreement
     from glam.policy.files import CheckpointError
-    from glam.run_dir import policy_dir
+    from glam.run_config import TrainingRunConfig
+    from glam.runs.folder import policy_dir
 
     rows = []
     for run in args.runs:

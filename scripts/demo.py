@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from glam.cli import report
-from glam.run_dir import policy_dir
+from glam.runs.folder import policy_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "smollm2_lora_cpu"

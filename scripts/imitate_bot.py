@@ -35,9 +35,9 @@ import torch
 from tqdm import tqdm
 
 import babyai_text
+from glam.baselines.config import SymbolicConfig
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.cli import report
-from glam.config import SymbolicConfig
 from glam.eval.bot_imitation import advice_states, imitate, share
 from glam.eval.config import SEED_BASE
 from glam.outputs import IMITATION, OutputDirError, check_output_dir

@@ -29,10 +29,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from glam.cli import report
-from glam.config import OniConfig
 from glam.llm.chat import ChatClientError
 from glam.oni.agreement import DEFAULT_LEVELS, agreement, collect_messages, draw, event_kind
 from glam.oni.annotator import JudgeLabeller, build_labeller
+from glam.oni.config import OniConfig
 from glam.oni.oracle import oracle_label
 from glam.outputs import AGREEMENT, OutputDirError, check_output_dir
 

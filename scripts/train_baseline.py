@@ -32,7 +32,8 @@ Ctrl-C.
 from __future__ import annotations
 
 from glam.cli import report
-from glam.config import TrainingRunConfig, config_main, register_configs
+from glam.config import config_main, register_configs
+from glam.run_config import TrainingRunConfig
 
 register_configs()
 

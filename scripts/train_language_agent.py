@@ -25,7 +25,7 @@
         train.resume_from=update_000002
 
 Presets live in configs/ (`glam_paper`, `smollm2_lora_cpu`, `tiny`); any key of
-`glam.config.TrainingRunConfig` can be overridden, and a misspelt key stops the run at start-up.
+`glam.run_config.TrainingRunConfig` can be overridden, and a misspelt key stops the run at start-up.
 SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) writes a checkpoint and exits with status 0; a second Ctrl-C
 stops at once. Exit status: 0 done (or checkpointed on a signal), 1 bad config (Hydra), 2 the run
 cannot start or a checkpoint cannot be written, 3 the loss became NaN, 4 a coupling's outside
@@ -35,7 +35,8 @@ See docs/training.md and the README's "Checkpoints".
 
 from __future__ import annotations
 
-from glam.config import TrainingRunConfig, config_main, register_configs
+from glam.config import config_main, register_configs
+from glam.run_config import TrainingRunConfig
 
 register_configs()
 

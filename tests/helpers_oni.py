@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from glam.config import OniConfig
 from glam.oni.annotator import Labeller, Message
+from glam.oni.config import OniConfig
 
 
 class GatedLabeller(Labeller):

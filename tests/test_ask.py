@@ -17,11 +17,12 @@ from helpers_tiny import one_torch_thread, save_tiny_model  # noqa: F401 (fixtur
 from minigrid.core.actions import Actions
 
 import babyai_text
+from glam.ask.config import AskConfig
 from glam.ask.hook import AskHook, ask_metrics, build_mediator_policy
 from glam.ask.mediated import ASK, CONTINUE, MEDIATOR_ACTIONS, AskCounts, MediatedEnv, query_cost
 from glam.ask.planner import BotPlanner, LLMPlanner, Planner
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import AskConfig, compose_config
+from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.envs import EnvRunner
 from glam.llm.chat import ChatClientError

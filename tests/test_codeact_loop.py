@@ -43,7 +43,7 @@ from glam.llm.server import ChatServer
 from glam.policy.files import CheckpointError
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import SetupError, build_policy, train
-from glam.run_dir import latest_checkpoint
+from glam.runs.folder import latest_checkpoint
 
 __all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module
 

@@ -40,8 +40,8 @@ from glam.compare import (
     threshold_rows,
     tidy_curves,
 )
-from glam.config import TrainingRunConfig
 from glam.eval.stats import wilson_interval
+from glam.run_config import TrainingRunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -1,29 +1,38 @@
-"""glam.config: the defaults are the default preset, and one validation path for every script.
+"""glam.config: the defaults are the default preset, the training run's schema is the core plus
+the sections its packages declare, and one validation path for every script.
 
 .venv/bin/python -m pytest tests/test_config.py
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import glam.config
 from glam.config import (
     CONFIG_DIR,
+    SECTIONS,
     ConfigError,
-    TrainingRunConfig,
+    CoreRunConfig,
     check_override_keys,
     compose_config,
+    config_section,
     register_configs,
     validate_config,
 )
 from glam.eval.config import PostTrainingTestsConfig
+from glam.run_config import TrainingRunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,6 +95,100 @@ def test_tiny_preset_keeps_the_values_it_was_tuned_with() -> None:
         None,
     )
     assert (tiny.env.nbr_obs, tiny.env.action_space, tiny.env.num_envs) == (1, "nav", 4)
+
+
+# --------------------------------------------------------------------------------------------
+# The schema: glam.config's core, and a section per coupling and algorithm in its own package
+# --------------------------------------------------------------------------------------------
+
+CORE_KEYS = [item.name for item in dataclasses.fields(CoreRunConfig)]
+SECTION_KEYS = [
+    item.name for item in dataclasses.fields(TrainingRunConfig) if item.name not in CORE_KEYS
+]
+
+
+def test_the_training_schema_is_the_core_then_the_declared_sections() -> None:
+    assert CORE_KEYS == ["model", "policy", "env", "ppo", "train"]
+    assert list(glam.config._CORE_KEYS) == CORE_KEYS  # what config_section refuses
+    assert SECTION_KEYS == [
+        "symbolic", "drrn", "teach", "ask", "oni", "codeact", "generate", "algorithm"
+    ]  # fmt: skip
+    hints = {item.name: item.type for item in dataclasses.fields(TrainingRunConfig)}
+    for key in SECTION_KEYS:
+        section = SECTIONS[key]  # declared with config_section(key)...
+        assert hints[key] == section.__name__  # ...and typed by its class
+        # ...in its own package, not in the core's file
+        assert section.__module__.startswith("glam.") and section.__module__ != "glam.config"
+    # Every section a glam package declares is in the schema.
+    assert {key for key, cls in SECTIONS.items() if cls.__module__.startswith("glam.")} == set(
+        SECTION_KEYS
+    )
+    assert list(TrainingRunConfig().sections()) == SECTION_KEYS
+
+
+def test_the_core_config_file_names_no_section() -> None:
+    """glam/config.py knows no coupling or algorithm: none of the sections' names (classes,
+    constants) appears in it, and its code reads no section of the run (`run.teach...`)."""
+    source = inspect.getsource(glam.config)
+    modules = {sys.modules[SECTIONS[key].__module__] for key in SECTION_KEYS}
+    names = {  # the classes and constants the section modules define
+        getattr(node, "name", None) or ast.unparse(node.target)
+        for module in modules
+        for node in ast.parse(inspect.getsource(module)).body
+        if isinstance(node, (ast.ClassDef, ast.AnnAssign))
+    }
+    assert {"TeachConfig", "TEACHERS", "AlgorithmConfig", "GenerationConfig"} <= names
+    assert not [name for name in sorted(names) if name in source]
+    attributes = {
+        node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+    }
+    assert not attributes & set(SECTION_KEYS)
+
+
+@dataclass
+class ToyConfig:
+    """A coupling's section, declared outside glam (by the test, with `config_section("toy")`)."""
+
+    size: int = 1
+
+    def check_run(self, run: CoreRunConfig) -> None:
+        if self.size > run.env.num_envs:
+            raise ValueError(f"toy.size={self.size} exceeds env.num_envs={run.env.num_envs}")
+
+
+@dataclass
+class ToyRunConfig(TrainingRunConfig):
+    toy: ToyConfig = dataclasses.field(default_factory=ToyConfig)
+
+
+@dataclass
+class UndeclaredRunConfig(TrainingRunConfig):
+    other: ToyConfig = dataclasses.field(default_factory=ToyConfig)
+
+
+def test_a_section_declared_outside_the_core_joins_a_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The way a new coupling plugs in: a section declared in its own module is a field of a
+    schema built on the core; its keys are checked like the core's, and the run's __post_init__
+    calls its `check_run` with the whole run. A field that is not a declared section is refused."""
+    monkeypatch.setattr(glam.config, "SECTIONS", dict(SECTIONS))  # forget the toy afterwards
+    with pytest.raises(TypeError, match="ToyRunConfig.toy is not a section declared with"):
+        ToyRunConfig()
+    config_section("toy")(ToyConfig)
+
+    cfg = validate_config({"toy": {"size": 3}, "env": {"num_envs": 4}}, ToyRunConfig)
+    assert cfg.toy.size == 3 and list(cfg.sections())[-1] == "toy"
+    with pytest.raises(ConfigError, match=r"^toy.size=5 exceeds env.num_envs=4$"):
+        validate_config({"toy": {"size": 5}, "env": {"num_envs": 4}}, ToyRunConfig)
+    with pytest.raises(ConfigError, match="unknown key toy.sise .*valid keys of toy: size"):
+        validate_config({"toy": {"sise": 5}}, ToyRunConfig)
+    with pytest.raises(TypeError, match="UndeclaredRunConfig.other is not a section declared"):
+        UndeclaredRunConfig()  # `toy`'s class, under another name
+    with pytest.raises(ValueError, match="section 'ppo' is a core section"):
+        config_section("ppo")(ToyConfig)
+    with pytest.raises(ValueError, match="section 'teach' is declared twice"):
+        config_section("teach")(ToyConfig)
 
 
 # --------------------------------------------------------------------------------------------

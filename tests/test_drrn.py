@@ -30,6 +30,7 @@ import yaml
 from helpers_launch import accelerate_launch
 from safetensors.torch import load_file
 
+from glam.baselines.config import DRRNConfig
 from glam.baselines.drrn import DRRNPolicy
 from glam.baselines.drrn_trainer import (
     build_drrn_training,
@@ -39,12 +40,12 @@ from glam.baselines.drrn_trainer import (
     train_drrn,
 )
 from glam.baselines.replay import ReplayBuffer
-from glam.config import DRRNConfig, EnvConfig, PolicyConfig, compose_config
+from glam.config import EnvConfig, PolicyConfig, compose_config
 from glam.envs import EnvRunner
 from glam.policy.llm_policy import CheckpointError, PolicyOutput
-from glam.ppo.checkpoint import check_checkpoint
 from glam.ppo.logger import read_metrics
 from glam.ppo.rollout import play_episodes
+from glam.runs.checkpoint import check_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_baseline.py"
@@ -599,7 +600,7 @@ def _success(policy: torch.nn.Module, *, greedy: bool) -> float:
 def test_drrn_learns_to_go_to_the_red_ball_far_better_than_random(tmp_path: Path) -> None:
     from accelerate import Accelerator
 
-    from glam.run_dir import policy_dir
+    from glam.runs.folder import policy_dir
 
     run_dir = tmp_path / "learn"
     cfg = compose_config(

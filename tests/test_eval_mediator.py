@@ -20,15 +20,16 @@ from helpers_tiny import save_tiny_model
 from omegaconf import OmegaConf
 
 import babyai_text
+from glam.ask.config import AskConfig
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import AskConfig, compose_config
+from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
 from glam.eval.mediator_agent import MediatorAgent
 from glam.policy.files import CheckpointError
 from glam.ppo.trainer import train
-from glam.run_dir import policy_dir
+from glam.runs.folder import policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL = "BabyAI-UnlockPickup-v0"

@@ -250,7 +250,7 @@ def test_a_resume_seeing_one_gpu_restores_the_rng_of_the_gpu_it_trained_on(
 ) -> None:
     # Written by the rank on cuda:3 of an 8-GPU `accelerate launch`; resumed under SLURM's
     # --gpus-per-task=1, where that rank sees one GPU, cuda:0.
-    from glam.ppo.checkpoint import TrainerState, load_training_state, save_checkpoint
+    from glam.runs.checkpoint import TrainerState, load_training_state, save_checkpoint
 
     visible = [8]
     generators = {i: torch.full((8,), i, dtype=torch.uint8) for i in range(8)}

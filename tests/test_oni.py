@@ -32,7 +32,7 @@ from helpers_tiny import one_torch_thread
 
 from babyai_text import get_action_space
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import OniConfig, compose_config
+from glam.config import compose_config
 from glam.couplings import coupling_hooks
 from glam.llm.server import ChatServer
 from glam.oni.agreement import agreement, collect_messages, draw
@@ -48,13 +48,14 @@ from glam.oni.annotator import (
     RandomLabeller,
     build_labeller,
 )
+from glam.oni.config import OniConfig
 from glam.oni.hook import OniEnv, OniHook, labels_path, read_labels
 from glam.oni.oracle import mission_objects, oracle_label
 from glam.oni.rewards import ClassifierReward, RankingReward, RetrievalReward, decayed
-from glam.ppo.checkpoint import check_checkpoint
 from glam.ppo.entry import run_training
 from glam.ppo.trainer import train
-from glam.run_dir import latest_checkpoint
+from glam.runs.checkpoint import check_checkpoint
+from glam.runs.folder import latest_checkpoint
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 
 __all__ = ["one_torch_thread", "server", "tiny_folder"]  # fixtures (one thread: autouse)

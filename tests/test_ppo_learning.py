@@ -20,7 +20,7 @@ import torch
 from glam.config import EnvConfig, PolicyConfig
 from glam.envs import EnvRunner
 from glam.ppo.rollout import play_episodes
-from glam.run_dir import policy_dir
+from glam.runs.folder import policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 UPDATES = 6

@@ -23,28 +23,11 @@ from accelerate import Accelerator
 from omegaconf import OmegaConf
 from torch import nn
 
-from glam.config import (
-    AdapterConfig,
-    EnvConfig,
-    ModelConfig,
-    PolicyConfig,
-    PPOConfig,
-    TrainConfig,
-    TrainingRunConfig,
-)
+from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig, PPOConfig, TrainConfig
 from glam.envs import EnvRunner, env_seed, resolve_action_space
 from glam.llm.chat import ChatClientError
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.buffer import RolloutBuffer
-from glam.ppo.checkpoint import (
-    CheckpointWriteError,
-    TrainerState,
-    UnusableCheckpoint,
-    load_training_state,
-    remove_temporaries,
-    resume_checkpoint,
-    save_checkpoint,
-)
 from glam.ppo.entry import _train_and_report
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
@@ -62,7 +45,17 @@ from glam.ppo.trainer import (
     ppo_update,
     train,
 )
-from glam.run_dir import latest_checkpoint, policy_dir
+from glam.run_config import TrainingRunConfig
+from glam.runs.checkpoint import (
+    CheckpointWriteError,
+    TrainerState,
+    UnusableCheckpoint,
+    load_training_state,
+    remove_temporaries,
+    resume_checkpoint,
+    save_checkpoint,
+)
+from glam.runs.folder import latest_checkpoint, policy_dir
 
 NAV = ["turn left", "turn right", "go forward"]
 
@@ -999,7 +992,7 @@ class _FakeCheckpointEngine:
 
 
 def test_a_failed_deepspeed_write_still_reaches_deepspeeds_barrier(tmp_path: Path) -> None:
-    from glam.ppo.checkpoint import _save_deepspeed_state
+    from glam.runs.checkpoint import _save_deepspeed_state
 
     engine = _FakeDeepSpeedEngine()
     assert _save_deepspeed_state(engine, tmp_path) == "no space left on device"

@@ -359,7 +359,8 @@ def test_train_probe_every_probes_a_tiny_training_run(tmp_path: Path) -> None:
 
 
 def test_the_probe_is_refused_for_a_policy_that_does_not_read_text() -> None:
-    from glam.config import TrainConfig, TrainingRunConfig
+    from glam.config import TrainConfig
+    from glam.run_config import TrainingRunConfig
 
     with pytest.raises(ValueError, match="train.probe_every=3: the action-probability probe"):
         TrainingRunConfig(policy=PolicyConfig(kind="symbolic"), train=TrainConfig(probe_every=3))

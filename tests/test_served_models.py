@@ -30,17 +30,20 @@ import torch
 from helpers_tiny import one_torch_thread
 
 import babyai_text
+from glam.ask.config import AskConfig
 from glam.ask.hook import AskHook
 from glam.codeact.chat_critic import ChatCritic
 from glam.codeact.env import CodedActionStats
 from glam.codeact.planner import ChatChooser, MissionFamily, ScoredChooser
 from glam.codeact.writer import ChatWriter
-from glam.config import AskConfig, OniConfig, TeachConfig, compose_config
+from glam.config import compose_config
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
 from glam.llm.config import ClientConfig
 from glam.llm.remote import OpenAIChatClient
 from glam.oni.annotator import Annotator, JudgeLabeller
+from glam.oni.config import OniConfig
+from glam.teach.config import TeachConfig
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 

@@ -33,11 +33,33 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _declares_a_section(path: Path) -> bool:
+    """Whether the module declares a section of the training run (`@config_section(...)`)."""
+    return any(
+        isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "config_section"
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.ClassDef)
+        for decorator in node.decorator_list
+    )
+
+
+SCHEMA_MODULES = {"glam.config", "glam.run_config"} | {
+    _module_name(path) for path in sorted(GLAM.rglob("*.py")) if _declares_a_section(path)
+}
+"""The training run's schema: its core (`glam.config`), its assembly (`glam.run_config`) and the
+section each coupling and algorithm declares in its own package (`glam.teach.config`...). They
+count as one unit, `config`, wherever they live: the bottom layer, which imports only itself
+(`test_the_training_schema_imports_only_itself`), so that every package may import the schema."""
+
+
 def _unit(module: str) -> str | None:
-    """`glam.ppo.trainer` -> `ppo`; `glam` itself -> `glam`; outside glam -> None."""
+    """`glam.ppo.trainer` -> `ppo`; `glam` itself -> `glam`; outside glam -> None; a module of
+    the training run's schema (`glam.teach.config`) -> `config`."""
     parts = module.split(".")
     if parts[0] != "glam":
         return None
+    if module in SCHEMA_MODULES:
+        return "config"
     return parts[1] if len(parts) > 1 and parts[1] in UNITS else "glam"
 
 
@@ -135,7 +157,7 @@ def test_subpackages_import_each_other_without_cycles() -> None:
 
 
 def test_evaluation_does_not_import_the_trainers() -> None:
-    """Evaluation finds a run's policy with `glam.run_dir` and plays episodes with `glam.envs`:
+    """Evaluation finds a run's policy with `glam.runs.folder` and plays episodes with `glam.envs`:
     no module of glam/eval imports glam.ppo (`import glam.ppo...`, `from glam.ppo... import`,
     `from glam import ppo`), so a change inside the trainer cannot break evaluation."""
     found = [
@@ -146,13 +168,44 @@ def test_evaluation_does_not_import_the_trainers() -> None:
     assert not found, "glam/eval imports glam.ppo:\n" + "\n".join(found)
 
 
+def test_run_folders_do_not_import_the_trainers() -> None:
+    """`glam.runs` (run folders, checkpoints, resume) serves every trainer and evaluation: it
+    imports none of them, nor evaluation."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports glam.{target}"
+        for source, target, path, line, _ in _glam_imports()
+        if source == "runs" and target in {"ppo", "baselines", "eval", "bc"}
+    ]
+    assert not found, "glam/runs imports a trainer:\n" + "\n".join(found)
+
+
+def test_the_training_schema_imports_only_itself() -> None:
+    """The modules of the training run's schema (`SCHEMA_MODULES`) import no glam module but
+    each other and `glam.cli` (which imports none): counting a package's section module in the
+    unit `config` hides no dependency of it on its package's code."""
+    assert {"glam.teach.config", "glam.ppo.algorithm_config"} <= SCHEMA_MODULES  # the reader works
+    outside = []
+    for module in sorted(SCHEMA_MODULES):
+        path = ROOT / (module.replace(".", "/") + ".py")
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                outside += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                    for name in _imported_modules(node, module, is_package=False)
+                    if _unit(name) is not None and name not in SCHEMA_MODULES | {"glam.cli"}
+                ]
+    assert not outside, "the training schema imports other glam modules:\n" + "\n".join(outside)
+
+
 def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     """A glam import inside a function is how a cycle hides; heavy optional dependencies
-    (deepspeed, wandb, matplotlib) may still be imported late, glam's own modules may not."""
+    (deepspeed, wandb, matplotlib) may still be imported late, glam's own modules may not. One
+    exception inside the schema's own layer: `glam.config.compose_config` defaults to the
+    training run's schema, `glam.run_config`, which imports `glam.config`."""
     late = [
         f"{path.relative_to(ROOT)}:{line} imports glam.{target}"
         for _, target, path, line, in_function in _glam_imports()
-        if in_function
+        if in_function and not (path == GLAM / "config.py" and target == "config")
     ]
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
 
@@ -171,7 +224,17 @@ def _imports_none_of(module: str, heavy: set[str]) -> subprocess.CompletedProces
 
 @pytest.mark.parametrize(
     "module",
-    ["glam", "glam.config", "glam.campaign", "glam.llm.config", "glam.compare", "glam.run_dir"],
+    [
+        "glam",
+        "glam.config",
+        "glam.run_config",
+        "glam.campaign",
+        "glam.llm.config",
+        "glam.compare",
+        "glam.runs",
+        "glam.runs.folder",
+        "glam.runs.errors",
+    ],
 )
 def test_light_modules_do_not_import_torch(module: str) -> None:
     """Configs, campaigns, run comparisons and a run's checkpoints are read in a fraction of a

@@ -17,9 +17,10 @@ from helpers_tiny import one_torch_thread, save_tiny_model  # noqa: F401  (autou
 from omegaconf import OmegaConf
 
 import babyai_text
+from glam.baselines.config import SymbolicConfig
 from glam.baselines.loading import load_policy, policy_kind
 from glam.baselines.symbolic import FiLM, SymbolicActorCritic
-from glam.config import EnvConfig, ModelConfig, PolicyConfig, SymbolicConfig
+from glam.config import EnvConfig, ModelConfig, PolicyConfig
 from glam.eval.agents import ActRequest, SymbolicAgent, grid_observation
 from glam.eval.builders import build_agent
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
@@ -28,7 +29,7 @@ from glam.eval.suites import SUITES, plan_suite
 from glam.models.loading import load_model
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic
 from glam.policy.observations import GridObservations
-from glam.ppo.checkpoint import TrainerState, check_checkpoint, save_checkpoint
+from glam.runs.checkpoint import TrainerState, check_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]

@@ -23,16 +23,10 @@ from omegaconf import OmegaConf
 
 import babyai_text
 from babyai_text import TextVectorEnv
+from glam.baselines.config import SymbolicConfig
 from glam.baselines.loading import load_policy
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
-from glam.config import (
-    ConfigError,
-    EnvConfig,
-    PPOConfig,
-    SymbolicConfig,
-    check_recurrence,
-    compose_config,
-)
+from glam.config import ConfigError, EnvConfig, PPOConfig, check_recurrence, compose_config
 from glam.envs import EnvRunner, resolve_action_space
 from glam.eval.agents import SymbolicAgent
 from glam.eval.builders import build_agent
@@ -41,7 +35,6 @@ from glam.eval.episodes import run_suite
 from glam.eval.suites import SUITES
 from glam.policy.observations import GridObservations, TextObservations
 from glam.ppo.buffer import RolloutBuffer, sequence_positions
-from glam.ppo.checkpoint import read_trainer_state
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.rollout import play_episodes
@@ -53,7 +46,8 @@ from glam.ppo.trainer import (
     ppo_update,
     train,
 )
-from glam.run_dir import latest_checkpoint, policy_dir
+from glam.runs.checkpoint import read_trainer_state
+from glam.runs.folder import latest_checkpoint, policy_dir
 from glam.teach.hook import TeachHook
 
 LEVEL = "BabyAI-GoToLocal-v0"

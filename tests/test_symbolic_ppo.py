@@ -24,10 +24,10 @@ from glam.baselines.loading import load_policy
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
 from glam.config import compose_config
 from glam.envs import EnvRunner
-from glam.ppo.checkpoint import read_trainer_state
 from glam.ppo.rollout import play_episodes
 from glam.ppo.trainer import train
-from glam.run_dir import latest_checkpoint, policy_dir
+from glam.runs.checkpoint import read_trainer_state
+from glam.runs.folder import latest_checkpoint, policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 48

@@ -19,13 +19,14 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import PPOConfig, TeachConfig, compose_config
+from glam.config import PPOConfig, compose_config
 from glam.envs import EnvRunner
 from glam.eval.student_agreement import mission_in_view, student_agreement
-from glam.ppo.checkpoint import TrainerState
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import _chunk_loss, train
+from glam.runs.checkpoint import TrainerState
 from glam.skills import candidate_subgoals
+from glam.teach.config import TeachConfig
 from glam.teach.hook import TeachHook, distillation_loss
 from glam.teach.scorers import SubgoalScorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher

@@ -25,9 +25,7 @@ from glam.config import (
     ModelConfig,
     PolicyConfig,
     PPOConfig,
-    TeachConfig,
     TrainConfig,
-    TrainingRunConfig,
     compose_config,
 )
 from glam.couplings import coupling_hooks
@@ -37,6 +35,8 @@ from glam.llm.chat import ChatClientError
 from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
 from glam.ppo.trainer import train
+from glam.run_config import TrainingRunConfig
+from glam.teach.config import TeachConfig
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer, OpenAIScorer
 

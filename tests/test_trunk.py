@@ -37,8 +37,8 @@ from glam.config import (
 from glam.policy import LLMActorCritic, glam_prompt
 from glam.policy.observations import TextObservations
 from glam.ppo.buffer import Transitions
-from glam.ppo.errors import SetupError
 from glam.ppo.trainer import _chunk_loss, ppo_update, train
+from glam.runs.errors import SetupError
 from glam.trunk import TrunkStates, layer_stack, trainable_layers
 
 OBSERVATIONS = [
@@ -367,7 +367,7 @@ def test_a_checkpoint_from_before_the_layers_key_resumes_and_a_changed_one_does_
     was written before `model.lora.layers` existed) is not a change; a changed rank is."""
     from omegaconf import OmegaConf
 
-    from glam.ppo.lifecycle import check_same_run
+    from glam.runs.lifecycle import check_same_run
 
     cfg = compose_config("tiny")
     checkpoint = tmp_path / "update_000001"

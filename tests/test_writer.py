@@ -18,10 +18,11 @@ import pytest
 import torch
 from helpers_tiny import one_torch_thread, tiny_causal_lm  # noqa: F401 (fixture)
 
-from glam.config import AdapterConfig, GenerationConfig, ModelConfig, PolicyConfig
+from glam.config import AdapterConfig, ModelConfig, PolicyConfig
 from glam.decoding import TurnCache, _past, sample_answers, score_answers
 from glam.eval.generation import BalrogDialogue as EvalDialogue
 from glam.policy.balrog import BalrogDialogue, feedback_sentence
+from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import Answers, WritingActorCritic, read_answer
 
 NAV = ["turn left", "turn right", "go forward"]

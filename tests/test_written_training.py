@@ -20,25 +20,25 @@ from helpers_tiny import one_torch_thread, tiny_tokenizer  # noqa: F401 (fixture
 from babyai_text import TextVectorEnv
 from glam.config import (
     AdapterConfig,
-    AlgorithmConfig,
     ConfigError,
     EnvConfig,
-    GenerationConfig,
     ModelConfig,
     PolicyConfig,
     PPOConfig,
     TrainConfig,
-    TrainingRunConfig,
     compose_config,
 )
+from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import Answers
-from glam.ppo.algorithms import GRPO, PPO, anchor_ids
-from glam.ppo.buffer import RolloutBuffer
+from glam.ppo.algorithm_config import AlgorithmConfig
+from glam.ppo.algorithms import GRPO, PPO, anchor_ids, build_algorithm
+from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.entry import _train_and_report
 from glam.ppo.estimators import gigpo_advantages, grpo_advantages
 from glam.ppo.losses import clipped_surrogate_loss
 from glam.ppo.trainer import (
     StopSignal,
+    _chunk_loss,
     build_policy,
     collect_rollout,
     policy_output,
@@ -46,6 +46,8 @@ from glam.ppo.trainer import (
     train,
 )
 from glam.ppo.written import PolicyCollapsed, WrittenEnvRunner, answer_statistics
+from glam.run_config import TrainingRunConfig
+from glam.trunk import TrunkStates
 
 S = 1 / math.sqrt(2)  # a group of two returns, normalised by their unbiased std: -+1/sqrt(2)
 
@@ -279,9 +281,11 @@ def _writer_config(*overrides: str) -> TrainingRunConfig:
     )
 
 
-def _written_rollout(cfg: TrainingRunConfig, accelerator: Accelerator):
+def _written_rollout(cfg: TrainingRunConfig, accelerator: Accelerator, cache_trunk: bool = False):
     torch.manual_seed(0)
     policy = build_policy(cfg, None)
+    if cache_trunk:
+        policy.enable_trunk_cache()
     optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.0)
     model, optimizer = accelerator.prepare(policy, optimizer)
     runner = WrittenEnvRunner(
@@ -341,6 +345,115 @@ def test_grpos_token_ratio_is_one_with_recomputed_log_probs(accelerator: Acceler
     stats = ppo_update(model, optimizer, batch, cfg.ppo, accelerator, True, algorithm=algorithm)
     assert stats["debug/first_ratio_deviation"] == 0.0
     assert stats["losses/kl_ref"] < 1e-8 and math.isnan(stats["losses/value"])
+
+
+# --------------------------------------------------------------------------------------------
+# The frozen trunk's cache (glam.trunk) for a writing policy
+# --------------------------------------------------------------------------------------------
+
+
+def _cached_rollout(accelerator: Accelerator, *overrides: str):
+    """A rollout of the tiny writer with LoRA on its top layer and the trunk cache on."""
+    cfg = _writer_config("model.lora.layers=1", "ppo.epochs=2", *overrides)
+    model, optimizer, _, buffer, rollout = _written_rollout(cfg, accelerator, cache_trunk=True)
+    algorithm = build_algorithm(cfg.algorithm, cfg.ppo)
+    batch, _ = algorithm.advantages(buffer, rollout.last_values)
+    batch.advantages = torch.linspace(-1, 1, len(batch))  # something to move the weights
+    batch.mask = torch.ones(len(batch), dtype=torch.bool)  # GRPO's: every episode counts
+    return cfg, model, optimizer, batch, algorithm
+
+
+@pytest.mark.parametrize("variant", ["ppo", "grpo"])
+def test_the_written_update_from_the_cache_equals_the_uncached_update(
+    accelerator: Accelerator, variant: str
+) -> None:
+    """PPO keeps the trunk with a forward of the layers below the adapters; GRPO on the way
+    through its reference's forward (the adapter off: the trunk is below it). Either way the
+    update's loss, every adapter and head gradient, and the weights after two epochs of
+    micro-batched steps equal those of the update that runs the whole model."""
+    extra = ["algorithm.name=grpo", "algorithm.group_size=2", "algorithm.kl_coef=0.05"]
+    cfg, model, optimizer, batch, algorithm = _cached_rollout(
+        accelerator, *(extra if variant == "grpo" else [])
+    )
+    trunk = batch.observations.trunk
+    assert trunk is not None and len(trunk) == len(batch) == 32
+    answers = batch.observations.answers
+    tokens = [len(p) for p in model._encode(batch.observations.prompts)]
+    assert [len(states.hidden) for states in trunk] == [
+        n + int(a) for n, a in zip(tokens, answers.lengths, strict=True)
+    ]
+    plain = Transitions(**{**batch.__dict__, "observations": batch.observations.with_trunk(None)})
+    model.train()
+    losses, grads = [], []
+    for transitions in (batch, plain):
+        loss, _ = _chunk_loss(
+            model,
+            transitions.select(torch.arange(8)),
+            cfg.ppo,
+            torch.device("cpu"),
+            algorithm=algorithm,
+        )
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        model.zero_grad()
+    assert grads[0].keys() == grads[1].keys() and any("lora_B" in n for n in grads[0])
+    assert abs(losses[0] - losses[1]) <= 1e-5
+    for name, grad in grads[0].items():
+        assert (grad - grads[1][name]).abs().max() <= 1e-5, name
+
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    after = []
+    for transitions in (batch, plain):
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name in start:
+                    param.copy_(start[name])
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        torch.manual_seed(3)  # the same minibatch order in both updates
+        stats = ppo_update(
+            model, optimizer, transitions, cfg.ppo, accelerator, True, algorithm=algorithm
+        )
+        assert stats["debug/first_ratio_deviation"] == 0.0
+        after.append({n: p.detach().clone() for n, p in model.named_parameters() if n in start})
+    moved = max((after[0][n] - start[n]).abs().max().item() for n in start)
+    assert moved > 1e-3  # a hundred times the tolerance below
+    for name in start:
+        assert (after[0][name] - after[1][name]).abs().max() <= 1e-5, name
+
+
+def test_corrupted_written_trunk_states_move_the_loss(accelerator: Accelerator) -> None:
+    """The negative control: the update reads the states it is given."""
+    cfg, model, _, batch, algorithm = _cached_rollout(accelerator)
+    chunk = batch.select(torch.arange(8))
+    model.train()
+    loss, _ = _chunk_loss(model, chunk, cfg.ppo, torch.device("cpu"), algorithm=algorithm)
+    generator = torch.Generator().manual_seed(5)
+    noisy = [
+        TrunkStates(s.hidden + torch.randn(s.hidden.shape, generator=generator))
+        for s in chunk.observations.trunk
+    ]
+    chunk.observations = chunk.observations.with_trunk(noisy)
+    corrupted, _ = _chunk_loss(model, chunk, cfg.ppo, torch.device("cpu"), algorithm=algorithm)
+    assert abs(corrupted.item() - loss.item()) > 1e-3
+    with pytest.raises(ValueError, match="not those of these prompts"):
+        short = [TrunkStates(s.hidden[:-1]) for s in chunk.observations.trunk]
+        chunk.observations = chunk.observations.with_trunk(short)
+        _chunk_loss(model, chunk, cfg.ppo, torch.device("cpu"), algorithm=algorithm)
+
+
+def test_a_written_run_keeps_the_trunk_and_says_so(
+    tmp_path: Path, accelerator: Accelerator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _writer_config("model.lora.layers=1", "train.total_frames=64")
+    cfg.train.output_dir = str(tmp_path)
+    train(cfg, accelerator, tmp_path)
+    assert (
+        "[glam] trunk cache: on (the rollout keeps the input of layer 1" in capsys.readouterr().out
+    )
+    rows = _rows(tmp_path)
+    assert all(float(row["memory/trunk_cache_mib"]) > 0 for row in rows)
+    assert all(float(row["debug/first_ratio_deviation"]) <= 1e-5 for row in rows)
 
 
 def test_a_written_grpo_run_resumed_mid_run_plays_on_as_the_uninterrupted_one(

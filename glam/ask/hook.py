@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from glam.ask.config import AskConfig
 from glam.ask.mediated import MEDIATOR_ACTIONS, AskCounts, MediatedEnv
 from glam.ask.planner import BotPlanner, LLMPlanner, Planner
 from glam.baselines.symbolic import SymbolicActorCritic, resume_symbolic_policy
-from glam.config import AskConfig, TrainingRunConfig
 from glam.policy.files import env_record
 from glam.ppo.hooks import TrainerHook
+from glam.run_config import TrainingRunConfig
 from glam.skills import SkillMap
 from glam.teach.scorers import SubgoalScorer, build_scorer
 

@@ -48,8 +48,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
+from glam.ask.config import AskConfig
 from glam.ask.planner import Planner
-from glam.config import AskConfig
 from glam.skills import SkillMap
 
 __all__ = ["ASK", "CONTINUE", "MEDIATOR_ACTIONS", "AskCounts", "MediatedEnv", "query_cost"]

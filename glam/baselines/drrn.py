@@ -24,8 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from glam.baselines.config import DRRNConfig
 from glam.baselines.words import encode_texts
-from glam.config import DRRNConfig, EnvConfig
+from glam.config import EnvConfig
 from glam.policy.files import (
     CONFIG_FILE,
     CheckpointError,

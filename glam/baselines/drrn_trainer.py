@@ -39,19 +39,11 @@ from omegaconf import OmegaConf
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from glam.baselines.config import DRRNConfig
 from glam.baselines.drrn import NETWORK_FIELDS, DRRNPolicy
 from glam.baselines.replay import ReplayBuffer
-from glam.config import DRRNConfig, TrainingRunConfig
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
 from glam.policy.llm_policy import CheckpointError
-from glam.ppo.checkpoint import TrainerState, save_checkpoint
-from glam.ppo.lifecycle import (
-    announce_resume,
-    open_run_dir,
-    raise_on_any,
-    resolved_config_yaml,
-    restore_training_state,
-)
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.rollout import EpisodeStats
 from glam.ppo.trainer import (
@@ -63,6 +55,15 @@ from glam.ppo.trainer import (
     log_update,
     open_logs,
     raise_if_diverged,
+)
+from glam.run_config import TrainingRunConfig
+from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.runs.lifecycle import (
+    announce_resume,
+    open_run_dir,
+    raise_on_any,
+    resolved_config_yaml,
+    restore_training_state,
 )
 
 TARGET_FILE = "target.safetensors"

@@ -49,8 +49,9 @@ import torch
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 from torch import Tensor, nn
 
+from glam.baselines.config import SymbolicConfig
 from glam.baselines.words import encode_texts
-from glam.config import EnvConfig, SymbolicConfig, TrainingRunConfig
+from glam.config import EnvConfig
 from glam.envs import resolve_action_space
 from glam.policy.files import (
     CONFIG_FILE,
@@ -64,7 +65,8 @@ from glam.policy.files import (
 )
 from glam.policy.heads import mlp
 from glam.policy.output import PolicyOutput
-from glam.ppo.errors import SetupError
+from glam.run_config import TrainingRunConfig
+from glam.runs.errors import SetupError
 
 __all__ = [
     "WEIGHTS_FILE",

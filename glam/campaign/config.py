@@ -60,11 +60,12 @@ class EntryPoint:
 
 DEFAULT_TRAINING_SCRIPT = "scripts/train_language_agent.py"
 EVALUATION_SCRIPT = "scripts/post_training_tests.py"
+TRAINING_SCHEMA = "glam.run_config:TrainingRunConfig"
 ENTRY_POINTS: dict[str, EntryPoint] = {
-    DEFAULT_TRAINING_SCRIPT: EntryPoint("train", "glam.config:TrainingRunConfig", "configs"),
+    DEFAULT_TRAINING_SCRIPT: EntryPoint("train", TRAINING_SCHEMA, "configs"),
     # The symbolic PPO and DRRN baselines (`--config-name symbolic_ppo|drrn`): `policy.kind`
     # of the same schema, the same `train.*` keys and checkpoints.
-    "scripts/train_baseline.py": EntryPoint("train", "glam.config:TrainingRunConfig", "configs"),
+    "scripts/train_baseline.py": EntryPoint("train", TRAINING_SCHEMA, "configs"),
     EVALUATION_SCRIPT: EntryPoint(
         "eval",
         "glam.eval.config:PostTrainingTestsConfig",

@@ -44,7 +44,7 @@ from typing import Any
 from glam.campaign.config import REPO_ROOT, CampaignConfig, CampaignError, LocalConfig
 from glam.campaign.jobs import Job
 from glam.eval.config import RESULT_FILES
-from glam.run_dir import CHECKPOINTS_DIR, LATEST_POINTER
+from glam.runs.folder import CHECKPOINTS_DIR, LATEST_POINTER
 
 __all__ = [
     "ACTIONS",
@@ -66,8 +66,8 @@ __all__ = [
 STATE_FILE = "jobs.tsv"
 LOCK_FILE = "launcher.lock"
 TRAINER_STATE = "trainer_state.json"
-"""What a checkpoint says of a run's progress (`glam.ppo.checkpoint`'s file, read without
-torch; the folders' names are `glam.run_dir`'s)."""
+"""What a checkpoint says of a run's progress (`glam.runs.checkpoint`'s file, read without
+torch; the folders' names are `glam.runs.folder`'s)."""
 STATUSES = {
     "pending": "waiting for a free slot or for its training job",
     "running": "running now (pid in the state file)",

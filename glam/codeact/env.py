@@ -38,8 +38,8 @@ from gymnasium.error import ResetNeeded
 
 from babyai_text import TextEnvWrapper
 from glam.codeact.api import build_view
+from glam.codeact.config import CodeactConfig
 from glam.codeact.sandbox import DONE, Sandbox, SandboxConfig
-from glam.config import CodeactConfig
 
 __all__ = ["OUTCOMES", "CodedActionStats", "CodedActionsEnv", "open_sandbox"]
 

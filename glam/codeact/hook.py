@@ -32,6 +32,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.codeact.chat_critic import ChatCritic
+from glam.codeact.config import CodeactConfig
 from glam.codeact.critic import (
     Critic,
     CriticRules,
@@ -52,7 +53,6 @@ from glam.codeact.planner import (
 )
 from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import ActionWriter, ChatWriter, LibraryWriter
-from glam.config import CodeactConfig, TrainingRunConfig
 from glam.envs import resolve_action_space
 from glam.llm.config import ClientConfig
 from glam.llm.remote import OpenAIChatClient
@@ -61,6 +61,7 @@ from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
 from glam.ppo.trainer import PolicyFactory, SetupError
+from glam.run_config import TrainingRunConfig
 from glam.teach.scorers import build_scorer
 
 if TYPE_CHECKING:

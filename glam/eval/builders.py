@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from glam.ask.config import AskConfig
 from glam.ask.mediated import MEDIATOR_ACTIONS
 from glam.baselines.loading import load_policy
-from glam.config import AskConfig, TeachConfig
 from glam.devices import unusable_gpu
 from glam.eval.agents import (
     Agent,
@@ -43,8 +43,9 @@ from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_i
 from glam.policy.files import CheckpointError, read_policy_config
 from glam.policy.llm_policy import CONFIG_FILE, LLMActorCritic
 from glam.policy.writer import WritingActorCritic
-from glam.run_dir import policy_dir
+from glam.runs.folder import policy_dir
 from glam.scoring import score_candidates
+from glam.teach.config import TeachConfig
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from glam.codeact.config import CodeactConfig
 from glam.codeact.critic import load_iterations
 from glam.codeact.env import CodedActionsEnv, open_sandbox
 from glam.codeact.sandbox import Sandbox
-from glam.config import CodeactConfig
 from glam.eval.agents import ActRequest, Agent, Decision
 from glam.eval.stats import EpisodeResult
 from glam.policy.files import CheckpointError

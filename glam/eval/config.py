@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from glam.config import DEFAULT_MODEL, AskConfig, hydra_schema
+from glam.ask.config import AskConfig
+from glam.config import DEFAULT_MODEL, hydra_schema
 from glam.llm.config import ClientConfig
 from glam.outputs import EVALUATION
 
@@ -107,7 +108,7 @@ class AgentConfig:
     together); 0 puts every running env in one batch."""
     ask: AskConfig = field(default_factory=AskConfig)
     """`mediator`: the planner, the rule that asks it (`agent.ask.mode`: always, skill_end or
-    random) and the query cost (`glam.config.AskConfig`, the `ask.*` keys of training). A
+    random) and the query cost (`glam.ask.config.AskConfig`, the `ask.*` keys of training). A
     checkpoint takes its run's instead (its config.yaml): leave it at `mode=none` then."""
     planner: str | None = None
     """A checkpoint of a mediator: consult this planner (`llm` or `bot`) instead of its run's,

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from glam.ask.config import AskConfig
 from glam.ask.hook import AskHook, ask_metrics
 from glam.ask.mediated import CONTINUE, AskCounts, MediatedEnv
-from glam.config import AskConfig
 from glam.eval.agents import ActRequest, Agent, Decision
 from glam.eval.stats import EpisodeResult
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from glam.config import OniConfig
+from glam.oni.config import OniConfig
 from glam.oni.oracle import oracle_label
 from glam.ppo.hooks import HookError
 from glam.teach.scorers import SubgoalScorer, build_scorer

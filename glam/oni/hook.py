@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from babyai_text import TextEnvWrapper
-from glam.config import OniConfig
 from glam.oni.annotator import Annotator, Message, Pair
+from glam.oni.config import OniConfig
 from glam.oni.rewards import RewardModel, build_reward_model, decayed
 from glam.ppo.hooks import TrainerHook
 

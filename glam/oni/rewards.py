@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from glam.config import OniConfig
+from glam.oni.config import OniConfig
 
 __all__ = [
     "ClassifierReward",

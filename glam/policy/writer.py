@@ -28,6 +28,7 @@ training mode: an update changes the weights they were computed with.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,20 +41,17 @@ from peft import PeftModel
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
-from glam.config import (
-    AlgorithmConfig,
-    EnvConfig,
-    GenerationConfig,
-    ModelConfig,
-    PolicyConfig,
-)
-from glam.decoding import TurnCache, sample_answers, score_answers
+from glam.config import EnvConfig, ModelConfig, PolicyConfig
+from glam.decoding import TurnCache, answer_spans, answer_trunk, sample_answers, score_answers
 from glam.models.loading import load_model
 from glam.policy.balrog import last_action
 from glam.policy.files import CONFIG_FILE, CheckpointError, env_record
+from glam.policy.generation_config import GenerationConfig
 from glam.policy.llm_policy import LLMActorCritic
 from glam.policy.output import PolicyOutput
+from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.scoring import model_kind, unwrap_model
+from glam.trunk import TrunkStates, keep_layer_input
 
 __all__ = [
     "AnswerDistribution",
@@ -178,6 +176,9 @@ class WrittenObservations:
     prompts: list[str]
     answers: Answers | None = None
     states: list[str] | None = None
+    trunk: list[TrunkStates] | None = None
+    """What the frozen trunk computed for each prompt and its answer (`glam.trunk`): the
+    update runs the adapted layers from it; None without the cache."""
 
     kind = "written"
 
@@ -190,31 +191,44 @@ class WrittenObservations:
             [self.prompts[i] for i in positions],
             None if self.answers is None else self.answers.select(positions),
             None if self.states is None else [self.states[i] for i in positions],
+            None if self.trunk is None else [self.trunk[i] for i in positions],
         )
 
     @classmethod
     def cat(cls, parts: Sequence[WrittenObservations]) -> WrittenObservations:
         answers = [part.answers for part in parts]
         states = [part.states for part in parts]
+        trunks = [part.trunk for part in parts]
         return cls(
             [p for part in parts for p in part.prompts],
             None if any(a is None for a in answers) else Answers.cat(answers),  # type: ignore[arg-type]
             None if any(s is None for s in states) else [s for part in states for s in part],  # type: ignore[union-attr]
+            None if any(t is None for t in trunks) else [s for part in trunks for s in part],  # type: ignore[union-attr]
         )
 
     def with_answers(self, answers: Answers) -> WrittenObservations:
         """The same observations carrying the answers written after them."""
         if len(answers) != len(self.prompts):
             raise ValueError(f"{len(answers)} answers for {len(self.prompts)} prompts")
-        return WrittenObservations(self.prompts, answers, self.states)
+        return WrittenObservations(self.prompts, answers, self.states, self.trunk)
+
+    def with_trunk(self, trunk: list[TrunkStates] | None) -> WrittenObservations:
+        """The same observations carrying `trunk` (one per prompt and its answer)."""
+        if trunk is not None and len(trunk) != len(self.prompts):
+            raise ValueError(f"{len(trunk)} trunk states for {len(self.prompts)} prompts")
+        return WrittenObservations(self.prompts, self.answers, self.states, trunk)
 
     @property
     def trunk_nbytes(self) -> int:
-        return 0
+        """Bytes the trunk states take (0 without them)."""
+        return sum(states.nbytes for states in self.trunk or ())
 
     def inputs(self) -> dict[str, Any]:
         """The policy's keyword arguments (`WritingActorCritic.forward`)."""
-        return {"prompts": self.prompts, "answers": self.answers}
+        inputs: dict[str, Any] = {"prompts": self.prompts, "answers": self.answers}
+        if self.trunk is not None:
+            inputs["trunk"] = self.trunk
+        return inputs
 
 
 class AnswerDistribution:
@@ -283,6 +297,7 @@ class WrittenOutput(PolicyOutput):
             token_entropy=self.token_entropy[:n],
             token_mask=self.token_mask[:n],
             actions=self.actions[:n],
+            trunk=None if self.trunk is None else self.trunk[:n],
         )
 
 
@@ -406,13 +421,22 @@ class WritingActorCritic(LLMActorCritic):
         """Write an answer after each prompt (`answers` None, the rollout), or score the given
         answers teacher-forced (the update). `greedy` writes the likeliest token at each step
         (evaluation); its log-probabilities are still the sampling distribution's. `candidates`
-        and `trunk` are the scoring policy's and must be None."""
-        if candidates is not None or trunk is not None:
+        are the scoring policy's and must be None.
+
+        Once `enable_trunk_cache` was called, writing also returns the frozen trunk's states of
+        each prompt and its answer (`WrittenOutput.trunk`), and scoring given them back as
+        `trunk` runs only the adapted layers (`glam.trunk`)."""
+        if candidates is not None:
             raise ValueError("a writing policy reads prompts (and its answers), not candidates")
+        if trunk is not None and (self.trunk_cut is None or answers is None):
+            raise ValueError(
+                "trunk states are read back with the answers they were kept with, by a policy "
+                "whose trunk cache is on"
+            )
         ids = self._encode(prompts)
         if answers is None:
             return self._write(ids, greedy)
-        return self._score(ids, answers)
+        return self._score(ids, answers, trunk)  # type: ignore[arg-type]
 
     def _write(self, ids: list[Tensor], greedy: bool = False) -> WrittenOutput:
         cfg = self.generation
@@ -446,8 +470,10 @@ class WritingActorCritic(LLMActorCritic):
             texts=texts,
             entropy=(sampled.entropy * mask).sum(1) / sampled.lengths.clamp(min=1),
             stopped=sampled.stopped,
-            ref_logprobs=self._reference_logprobs(ids, sampled.tokens, sampled.lengths),
             invalid_index=invalid,
+        )
+        answers.ref_logprobs, trunk = self._reference_and_trunk(
+            ids, sampled.tokens, sampled.lengths
         )
         device = sampled.prompt_hidden.device
         return WrittenOutput(
@@ -459,9 +485,12 @@ class WritingActorCritic(LLMActorCritic):
             token_entropy=sampled.entropy.to(device),
             token_mask=mask.to(device),
             actions=actions.to(device),
+            trunk=trunk,
         )
 
-    def _score(self, ids: list[Tensor], answers: Answers) -> WrittenOutput:
+    def _score(
+        self, ids: list[Tensor], answers: Answers, trunk: Sequence[TrunkStates] | None
+    ) -> WrittenOutput:
         with self._autocast():
             logprobs, entropy, hidden = score_answers(
                 self.model,
@@ -470,6 +499,8 @@ class WritingActorCritic(LLMActorCritic):
                 answers.lengths,
                 temperature=self.generation.temperature,
                 pad_id=self.pad_id,
+                cut=self.trunk_cut,
+                trunk=None if trunk is None else [states.hidden for states in trunk],
             )
         mask = answers.token_mask.to(logprobs.device)
         return WrittenOutput(
@@ -482,13 +513,24 @@ class WritingActorCritic(LLMActorCritic):
             actions=answers.actions.to(logprobs.device),
         )
 
-    def _reference_logprobs(
+    def _reference_and_trunk(
         self, ids: list[Tensor], tokens: Tensor, lengths: Tensor
-    ) -> Tensor | None:
-        """The answers' token log-probabilities under the base model (adapter off)."""
+    ) -> tuple[Tensor | None, list[TrunkStates] | None]:
+        """The answers' token log-probabilities under the base model (adapter off), if the
+        algorithm keeps them, and the frozen trunk's states of each prompt and answer, if the
+        cache is on. The trunk is below the adapters, the same with them off: the reference's
+        forward keeps it on its way, otherwise a forward of the trunk alone computes it."""
+        cut = self.trunk_cut
         if not self.reference:
-            return None
-        with torch.no_grad(), self.model.disable_adapter(), self._autocast():
+            if cut is None:
+                return None, None
+            with torch.no_grad(), self._autocast():
+                kept = answer_trunk(self.model, ids, tokens, lengths, pad_id=self.pad_id, cut=cut)
+            return None, [TrunkStates(states) for states in kept]
+        keep = (
+            contextlib.nullcontext([]) if cut is None else keep_layer_input(cut.layers, cut.first)
+        )
+        with torch.no_grad(), self.model.disable_adapter(), self._autocast(), keep as kept:
             logprobs, _, _ = score_answers(
                 self.model,
                 ids,
@@ -497,7 +539,11 @@ class WritingActorCritic(LLMActorCritic):
                 temperature=self.generation.temperature,
                 pad_id=self.pad_id,
             )
-        return logprobs.float().cpu()
+        trunk = None
+        if cut is not None:
+            spans = answer_spans(ids, lengths)
+            trunk = [TrunkStates(kept[0][i, span]) for i, span in enumerate(spans)]
+        return logprobs.float().cpu(), trunk
 
     def _values(self, hidden: Tensor) -> Tensor:
         if not self.uses_value:
@@ -533,10 +579,9 @@ class WritingActorCritic(LLMActorCritic):
         return self._stop
 
     def trunk_cache_problem(self) -> str | None:
-        return (
-            "a policy that writes its action reads its answer's tokens in the update, not a "
-            "fixed list of candidates (the trunk cache serves the scoring policy)"
-        )
+        """As the scoring policy's: the trunk of a prompt and its answer is a fixed function of
+        their tokens once LoRA adapts only the top layers (the writer is decoder-only)."""
+        return super().trunk_cache_problem()
 
     # ----------------------------------------------------------------------------------------
     # Checkpoints

@@ -27,9 +27,10 @@ import torch
 from accelerate import Accelerator
 from torch import Tensor
 
-from glam.config import AlgorithmConfig, PPOConfig
+from glam.config import PPOConfig
 from glam.policy.observations import GridObservations
 from glam.policy.output import PolicyOutput
+from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.estimators import gigpo_advantages, grpo_advantages
 from glam.ppo.gae import compute_gae

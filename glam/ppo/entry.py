@@ -22,13 +22,13 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from glam.cli import report
-from glam.config import TrainingRunConfig
 from glam.llm.chat import ChatClientError
-from glam.ppo.errors import RunWriteError
 from glam.ppo.hooks import HookError
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
-from glam.run_dir import latest_checkpoint
+from glam.run_config import TrainingRunConfig
+from glam.runs.errors import RunWriteError
+from glam.runs.folder import latest_checkpoint
 
 Trainer = Callable[..., object]
 """`(cfg, accelerator, run_dir, stop) -> TrainResult`, e.g. `glam.ppo.trainer.train`."""

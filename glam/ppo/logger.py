@@ -20,7 +20,7 @@ from rich.progress import (
 from torch.utils.tensorboard import SummaryWriter
 
 from glam.cli import describe_os_error
-from glam.ppo.errors import MetricsWriteError
+from glam.runs.errors import MetricsWriteError
 
 METRICS_CSV = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"

@@ -40,13 +40,7 @@ from accelerate.utils import DistributedType, set_seed
 from omegaconf import OmegaConf
 
 import babyai_text
-from glam.config import (
-    LANGUAGE_MODEL_KINDS,
-    AlgorithmConfig,
-    PPOConfig,
-    TrainingRunConfig,
-    check_recurrence,
-)
+from glam.config import LANGUAGE_MODEL_KINDS, PPOConfig, check_recurrence
 from glam.demos import write_demos
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed, resolve_action_space
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
@@ -55,22 +49,24 @@ from glam.policy.llm_policy import CheckpointError, LLMActorCritic
 from glam.policy.observations import new_episodes_forget, policy_inputs
 from glam.policy.output import PolicyOutput
 from glam.policy.writer import WritingActorCritic
+from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.algorithms import PPO, Algorithm, build_algorithm
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
-from glam.ppo.checkpoint import TrainerState, save_checkpoint
-from glam.ppo.errors import SetupError, TrainingDiverged
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.lifecycle import (
-    announce_resume,
-    open_run_dir,
-    resolved_config_yaml,
-    restore_training_state,
-)
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.losses import explained_variance, normalize_advantages
 from glam.ppo.rollout import EpisodeStats
 from glam.ppo.timing import PhaseClock, peak_rss_mib
 from glam.ppo.written import WrittenEnvRunner
+from glam.run_config import TrainingRunConfig
+from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.runs.errors import SetupError, TrainingDiverged
+from glam.runs.lifecycle import (
+    announce_resume,
+    open_run_dir,
+    resolved_config_yaml,
+    restore_training_state,
+)
 
 
 @dataclass
@@ -357,10 +353,10 @@ def collect_rollout(
 
 def stored_observations(observations: Any, output: PolicyOutput) -> Any:
     """A step's observations as the buffer keeps them, with what the rollout's forward computed
-    that the update reads back: the frozen trunk's states (`glam.trunk`), or the answers a
+    that the update reads back: the frozen trunk's states (`glam.trunk`), and the answers a
     writing policy wrote (`glam.policy.writer`: the update scores those tokens)."""
     if output.trunk is not None:
-        return observations.with_trunk(output.trunk)
+        observations = observations.with_trunk(output.trunk)
     answers = getattr(output, "answers", None)
     return observations if answers is None else observations.with_answers(answers)
 
@@ -1017,7 +1013,7 @@ def open_logs(
     `train.total_frames`.
 
     `config.yaml` is this session's config, a resumed one's too: the settings a resume changed
-    (`glam.ppo.lifecycle.changed_settings`) are the run's from now on; each checkpoint keeps the
+    (`glam.runs.lifecycle.changed_settings`) are the run's from now on; each checkpoint keeps the
     config that wrote it. With `train.resume=true` the logs rewind to the checkpoint's update (to
     0 if none was found).
     """

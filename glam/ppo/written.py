@@ -37,13 +37,14 @@ from accelerate.utils import gather_object
 from minigrid.core.actions import Actions
 
 from babyai_text import ActionSpace
-from glam.config import EnvConfig, GenerationConfig, PolicyConfig
+from glam.config import EnvConfig, PolicyConfig
 from glam.envs import EnvRunner, resolve_action_space
 from glam.llm.local import render_chat
 from glam.policy.balrog import AGENT_TYPES, BalrogDialogue, feedback_sentence
+from glam.policy.generation_config import GenerationConfig
 from glam.policy.prompts import glam_prompt
 from glam.policy.writer import Answers, WrittenObservations, normalize_answer
-from glam.ppo.errors import TrainingDiverged
+from glam.runs.errors import TrainingDiverged
 
 __all__ = ["NOOP_WORD", "PolicyCollapsed", "WrittenEnvRunner", "answer_statistics"]
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from glam.config import TeachConfig
 from glam.ppo.hooks import TrainerHook
+from glam.teach.config import TeachConfig
 from glam.teach.scorers import SubgoalScorer, build_scorer
 from glam.teach.teacher import BotTeacher, SubgoalTeacher, Teacher
 

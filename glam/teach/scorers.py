@@ -7,11 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
-from glam.config import AskConfig, TeachConfig
+from glam.ask.config import AskConfig
 from glam.llm.chat import ChatClientError
 from glam.llm.remote import OpenAIEndpoint
 from glam.models.loading import load_model
 from glam.scoring import score_actions, separator
+from glam.teach.config import TeachConfig
 
 __all__ = [
     "PROBE_TEXT",

@@ -26,7 +26,7 @@ fails (a full disk) removes its temporary folder on every process and raises
 `CheckpointWriteError`. Before a resume `check_checkpoint` verifies that every file is there, has
 its recorded size and parses. Loading uses JSON, safetensors and `torch.load(weights_only=True)`:
 it never runs pickled code. Finding a run's newest checkpoint and its policy, without torch, is
-`glam.run_dir`'s.
+`glam.runs.folder`'s.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from accelerate.utils import DistributedType
 from omegaconf import OmegaConf
 from safetensors import SafetensorError
 
-from glam.ppo.errors import RunWriteError
-from glam.run_dir import (
+from glam.runs.errors import RunWriteError
+from glam.runs.folder import (
     CHECKPOINT_PATTERN,
     CHECKPOINTS_DIR,
     LATEST_POINTER,

@@ -1,7 +1,7 @@
 """A run folder as its readers see it: its checkpoints, the newest one, and that one's policy.
 
-The trainers write run folders (`glam.ppo.checkpoint` writes the checkpoints,
-`glam.ppo.lifecycle` opens and resumes a run); evaluation and the scripts find a run's policy
+The trainers write run folders (`glam.runs.checkpoint` writes the checkpoints,
+`glam.runs.lifecycle` opens and resumes a run); evaluation and the scripts find a run's policy
 here, without importing a trainer. Torch-free. The part of the layout read here::
 
     RUN_DIR/checkpoints/

@@ -5,7 +5,7 @@ what the resume abandons.
 Every process calls these functions together (collective): the main process alone creates the
 folder and picks the checkpoint, and a problem on any process stops them all with a `SetupError`
 that names it. The PPO trainer (`glam.ppo.trainer`) and DRRN's (`glam.baselines.drrn_trainer`)
-open their run folders through them; evaluation finds a run's policy with `glam.run_dir`.
+open their run folders through them; evaluation finds a run's policy with `glam.runs.folder`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast_object_list
 from omegaconf import OmegaConf
 
-from glam.config import TrainingRunConfig
 from glam.outputs import TRAINING_RUN, OutputDirError
 from glam.outputs import check_output_dir as check_output_dir_for
-from glam.ppo.checkpoint import (
+from glam.run_config import TrainingRunConfig
+from glam.runs.checkpoint import (
     TrainerState,
     UnusableCheckpoint,
     first_problem,
@@ -33,8 +33,8 @@ from glam.ppo.checkpoint import (
     resume_checkpoint,
     set_aside_after,
 )
-from glam.ppo.errors import SetupError
-from glam.run_dir import describe_error
+from glam.runs.errors import SetupError
+from glam.runs.folder import describe_error
 
 
 def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Path | None:
