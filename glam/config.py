@@ -174,8 +174,9 @@ DEFAULT_LORA_LAYERS = 4
 `AdapterConfig` itself (behavioural cloning's too) adapts every layer by default."""
 
 
-def check_lora_layers(layers: Any) -> int | list[int] | None:
-    """`model.lora.layers` as a number of top layers, a sorted list of layer indices or None.
+def check_lora_layers(layers: Any, key: str = "model.lora.layers") -> int | list[int] | None:
+    """`model.lora.layers` (or `key`) as a number of top layers, a sorted list of layer indices
+    or None.
 
     Raises:
         ValueError: anything else (a zero or negative count, a negative or repeated index...).
@@ -185,8 +186,7 @@ def check_lora_layers(layers: Any) -> int | list[int] | None:
     if isinstance(layers, int) and not isinstance(layers, bool):
         if layers < 1:
             raise ValueError(
-                f"model.lora.layers={layers}: a number of top layers must be at least 1 "
-                "(null adapts every layer)"
+                f"{key}={layers}: a number of top layers must be at least 1 (null: every layer)"
             )
         return layers
     if isinstance(layers, (list, tuple)) or OmegaConf.is_list(layers):
@@ -197,12 +197,10 @@ def check_lora_layers(layers: Any) -> int | list[int] | None:
             or min(indices) < 0
             or len(set(indices)) != len(indices)
         ):
-            raise ValueError(
-                f"model.lora.layers={indices}: a list must hold distinct layer indices >= 0"
-            )
+            raise ValueError(f"{key}={indices}: a list must hold distinct layer indices >= 0")
         return sorted(indices)
     raise ValueError(
-        f"model.lora.layers={layers!r}: give a number of top layers (4), a list of layer "
+        f"{key}={layers!r}: give a number of top layers (4), a list of layer "
         "indices ([26,27,28,29]) or null (every layer)"
     )
 
@@ -221,6 +219,12 @@ class ModelConfig:
     """False: random weights with the pretrained input embeddings (the paper's NPAE)."""
     lora: AdapterConfig = field(default_factory=AdapterConfig)
     """LoRA adapter settings."""
+    trained_layers: Any = None
+    """Full fine-tuning (`model.lora.enabled=false`) of some layers only: a number K, the top K
+    transformer layers; a list, those layers by index from 0 at the bottom; null, the whole
+    model. Everything else (embeddings, the layers below and beside, the final norm, the LM
+    head) stays frozen, so the update runs from the rollout's cached trunk (`ppo.cache_trunk`);
+    the heads train as always. Counted as `model.lora.layers` is (the decoder's for T5)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     autocast_bf16: bool | None = None
@@ -239,6 +243,13 @@ class ModelConfig:
         check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         if not self.name_or_path:
             raise ValueError("model.name_or_path is empty")
+        self.trained_layers = check_lora_layers(self.trained_layers, "model.trained_layers")
+        if self.trained_layers is not None and self.lora.enabled:
+            raise ValueError(
+                f"model.trained_layers={self.trained_layers} chooses the layers a full "
+                "fine-tuning trains (model.lora.enabled=false); with LoRA, the adapted layers "
+                "are model.lora.layers"
+            )
 
 
 @dataclass

@@ -81,20 +81,21 @@ def layer_stack(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return outermost[0]
 
 
-def resolve_layers(layers: int | list[int], count: int) -> list[int]:
-    """`model.lora.layers` (a number of top layers, or indices) as indices of a stack of `count`.
+def resolve_layers(
+    layers: int | list[int], count: int, key: str = "model.lora.layers"
+) -> list[int]:
+    """`model.lora.layers` or `key` (a number of top layers, or indices) as indices of a stack of
+    `count`.
 
     Raises:
         ValueError: more layers than the stack has, or an index past its top.
     """
     if isinstance(layers, int):
         if layers > count:
-            raise ValueError(f"model.lora.layers={layers}: the model has {count} layers")
+            raise ValueError(f"{key}={layers}: the model has {count} layers")
         return list(range(count - layers, count))
     if max(layers) >= count:
-        raise ValueError(
-            f"model.lora.layers={layers}: the model's layers are numbered 0 to {count - 1}"
-        )
+        raise ValueError(f"{key}={layers}: the model's layers are numbered 0 to {count - 1}")
     return sorted(layers)
 
 

@@ -207,7 +207,7 @@ def test_states_for_other_prompts_are_refused() -> None:
         ("llama", None, True, "adapts the lowest layer"),
         ("llama", [0, 3], True, "adapts the lowest layer"),
         ("llama", 2, False, "whole model is fine-tuned"),
-        ("t5", None, True, "LoRA adapts the encoder"),
+        ("t5", None, True, "the encoder is trained: set model.lora.layers"),
     ],
 )
 def test_where_the_cache_does_not_apply_the_policy_says_why(
@@ -231,14 +231,74 @@ def test_a_trained_embedding_below_the_adapters_is_a_reason() -> None:
     assert "embed_tokens" in policy.trunk_cache_problem()
 
 
+def top_layers_full_policy(layers: object = 2, head: str = "scoring") -> LLMActorCritic:
+    """A tiny 4-layer Llama fully fine-tuned on `layers` only (`model.trained_layers`)."""
+    model, tokenizer = tiny_causal_lm("llama", num_layers=4)
+    model_cfg = ModelConfig(
+        name_or_path="tiny", lora=AdapterConfig(enabled=False), trained_layers=layers
+    )
+    torch.manual_seed(0)
+    policy_cfg = PolicyConfig(value_hidden_sizes=[16], temperature=1.0, head=head)
+    return LLMActorCritic.from_model(model, tokenizer, model_cfg, policy_cfg, ACTION_WORDS)
+
+
+def test_full_fine_tuning_of_the_top_layers_trains_those_only_and_keeps_the_trunk() -> None:
+    policy = top_layers_full_policy(2)
+    trained = {n.split(".")[2] for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trained == {"2", "3"}  # model.layers.2.*, model.layers.3.*: no embedding, no norm
+    assert policy.trunk_cache_problem() is None
+    assert policy.enable_trunk_cache().first == 2
+    lowest = top_layers_full_policy([0, 3])
+    assert "model.trained_layers includes the lowest layer" in lowest.trunk_cache_problem()
+    with pytest.raises(ValueError, match="model.trained_layers=\\[7\\]"):
+        top_layers_full_policy([7])
+
+
+def test_trained_layers_are_for_full_fine_tuning_and_checked() -> None:
+    with pytest.raises(ValueError, match="model.trained_layers=2 chooses the layers a full"):
+        ModelConfig(trained_layers=2)
+    with pytest.raises(ValueError, match="model.trained_layers=0: a number of top layers"):
+        ModelConfig(lora=AdapterConfig(enabled=False), trained_layers=0)
+
+
+@pytest.mark.parametrize("head", ["scoring", "action_heads"])
+def test_a_full_fine_tuning_of_the_top_layers_updates_from_the_cache_as_without(
+    head: str, tmp_path: Path
+) -> None:
+    uncached = top_layers_full_policy(2, head)
+    cached = copy.deepcopy(uncached)
+    cached.enable_trunk_cache()
+    batch = _fixed_batch(cached, every_action=head == "action_heads")
+    plain = Transitions(**{**batch.__dict__, "observations": batch.observations.with_trunk(None)})
+    metrics_cached, weights_cached = _update(cached, batch)
+    metrics_plain, weights_plain = _update(uncached, plain)
+    initial = top_layers_full_policy(2, head).trainable_parameters()
+    moved = max((w - i).abs().max().item() for w, i in zip(weights_cached, initial, strict=True))
+    assert moved > 1e-3
+    for a, b in zip(weights_cached, weights_plain, strict=True):
+        assert (a - b).abs().max() <= 1e-5
+    assert metrics_cached["losses/policy"] == pytest.approx(
+        metrics_plain["losses/policy"], abs=1e-5
+    )
+    # The saved folder holds the whole model and restores which layers train.
+    cached.save_pretrained(tmp_path / "policy")
+    restored = LLMActorCritic.from_pretrained(tmp_path / "policy")
+    assert [n for n, p in restored.named_parameters() if p.requires_grad] == [
+        n for n, p in cached.named_parameters() if p.requires_grad
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # The PPO update from the cache
 # --------------------------------------------------------------------------------------------
 
 
-def _fixed_batch(policy: LLMActorCritic) -> Transitions:
-    """Eight transitions of the four prompts, with the rollout policy's log-probs and values."""
+def _fixed_batch(policy: LLMActorCritic, every_action: bool = False) -> Transitions:
+    """Eight transitions of the four prompts, with the rollout policy's log-probs and values
+    (`every_action`: each with all the action words, as action heads need)."""
     prompts, candidates = PROMPTS * 2, CANDIDATES * 2
+    if every_action:
+        candidates = [list(ACTION_WORDS)] * len(prompts)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         output = policy(prompts, candidates)
@@ -350,6 +410,21 @@ def test_the_trainer_runs_the_update_from_the_cache_and_says_so(tmp_path: Path, 
         assert float(row["debug/first_ratio_deviation"]) == 0.0
         # 64 transitions of ~25 positions of 64 fp32 numbers: about 0.4 MiB.
         assert 0.1 < float(row["memory/trunk_cache_mib"]) < 2
+
+
+def test_a_run_that_fine_tunes_its_top_layer_keeps_the_trunk(tmp_path: Path, capsys) -> None:
+    """NPAE's top-layers variant: no pretraining, the top layer and the heads fully trained."""
+    _, config = _tiny_run(
+        tmp_path,
+        "model.lora.enabled=false",
+        "model.trained_layers=1",
+        "model.pretrained=false",
+        "policy.head=action_heads",
+    )
+    assert (
+        "[glam] trunk cache: on (the rollout keeps the input of layer 1" in capsys.readouterr().out
+    )
+    assert yaml.safe_load(config)["model"]["trained_layers"] == 1
 
 
 def test_where_the_cache_does_not_apply_the_run_says_so_or_stops(tmp_path: Path, capsys) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glam.config import ModelConfig, hydra_schema
+from glam.config import ModelConfig, check_positive, hydra_schema
 from glam.outputs import BC_POLICY, check_output_dir
 
 BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
@@ -22,11 +22,6 @@ BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
     }
 )
 """Levels minigrid's `BabyAIBot` documents it cannot solve (checked when the config is built)."""
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 @dataclass
@@ -67,10 +62,10 @@ class DemosConfig:
                 "as unsolved); pick another level"
             )
         if self.pairs is None:
-            _check_positive("demos.episodes", self.episodes)
+            check_positive("demos.episodes", self.episodes)
         else:
-            _check_positive("demos.pairs", self.pairs)
-        _check_positive("demos.nbr_obs", self.nbr_obs)
+            check_positive("demos.pairs", self.pairs)
+        check_positive("demos.nbr_obs", self.nbr_obs)
         if self.prompt_format not in ("glam", "chat"):
             raise ValueError(f"demos.prompt_format={self.prompt_format!r} is not glam or chat")
         if self.prompt_format == "chat" and not self.chat_model:
@@ -158,11 +153,11 @@ class BCConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.eval_fraction < 1.0:
             raise ValueError(f"bc.eval_fraction must be in (0, 1), got {self.eval_fraction}")
-        _check_positive("bc.learning_rate", self.learning_rate)
-        _check_positive("bc.batch_size", self.batch_size)
-        _check_positive("bc.gradient_accumulation_steps", self.gradient_accumulation_steps)
-        _check_positive("bc.max_length", self.max_length)
-        _check_positive("bc.score_batch_size", self.score_batch_size)
+        check_positive("bc.learning_rate", self.learning_rate)
+        check_positive("bc.batch_size", self.batch_size)
+        check_positive("bc.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        check_positive("bc.max_length", self.max_length)
+        check_positive("bc.score_batch_size", self.score_batch_size)
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ValueError("bc.epochs or bc.max_steps must be > 0")
         if self.normalization not in ("sum", "token", "word"):
@@ -172,7 +167,7 @@ class BCConfig:
         for name in ("max_pairs", "max_eval_pairs", "eval_steps"):
             value = getattr(self, name)
             if value is not None:
-                _check_positive(f"bc.{name}", value)
+                check_positive(f"bc.{name}", value)
 
     def check_output_dir(self) -> Path:
         """`glam.outputs.check_output_dir` on `output_dir`, before anything loads.

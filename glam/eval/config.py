@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glam.ask.config import AskConfig
-from glam.config import DEFAULT_MODEL, hydra_schema
+from glam.config import DEFAULT_MODEL, check_choice, hydra_schema
 from glam.llm.config import ClientConfig
 from glam.outputs import EVALUATION
 
@@ -53,11 +53,6 @@ SEEDS_PER_RUN = 10**6
 """Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
 DEFAULT_NBR_OBS = 3
 """Observations per prompt when neither the config nor the agent says (GLAM's)."""
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
 
 
 @dataclass
@@ -117,12 +112,12 @@ class AgentConfig:
     oracle planner, played with the language model. None: the run's planner."""
 
     def __post_init__(self) -> None:
-        _check_choice("agent.kind", self.kind, AGENT_KINDS)
-        _check_choice("agent.protocol", self.protocol, ("scoring", "generation"))
-        _check_choice("agent.teacher", self.teacher, ("llm", "bot", "uniform"))
-        _check_choice("agent.prompt_format", self.prompt_format, ("glam", "chat"))
-        _check_choice("agent.normalization", self.normalization, ("sum", "token", "word"))
-        _check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        check_choice("agent.kind", self.kind, AGENT_KINDS)
+        check_choice("agent.protocol", self.protocol, ("scoring", "generation"))
+        check_choice("agent.teacher", self.teacher, ("llm", "bot", "uniform"))
+        check_choice("agent.prompt_format", self.prompt_format, ("glam", "chat"))
+        check_choice("agent.normalization", self.normalization, ("sum", "token", "word"))
+        check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
         if self.kind in ("checkpoint", "bc") and not self.path:
@@ -141,7 +136,7 @@ class AgentConfig:
                 "learned mediator is a checkpoint (agent.kind=checkpoint agent.path=<its run>)"
             )
         if self.planner is not None:
-            _check_choice("agent.planner", self.planner, ("llm", "bot"))
+            check_choice("agent.planner", self.planner, ("llm", "bot"))
             if self.kind != "checkpoint":
                 raise ValueError(
                     f"agent.planner={self.planner} swaps the planner of a mediator's checkpoint "
@@ -176,7 +171,7 @@ class GenerationConfig:
     """After an answer that is not an action, the next observation says so."""
 
     def __post_init__(self) -> None:
-        _check_choice("eval.generation.agent_type", self.agent_type, ("naive", "cot"))
+        check_choice("eval.generation.agent_type", self.agent_type, ("naive", "cot"))
         if self.max_history < 1 or self.max_cot_history < 0:
             raise ValueError(
                 "eval.generation.max_history must be >= 1 and max_cot_history >= 0, got "

@@ -91,6 +91,22 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
         return get_peft_model(model, config)
 
 
+def train_only_layers(model: PreTrainedModel, layers: int | list[int]) -> list[int]:
+    """Freeze `model` but the transformer layers `layers` (the top K, or these indices) of its
+    layer stack (`glam.trunk.layer_stack`), for a full fine-tuning of those layers only; the
+    indices trained.
+
+    Raises:
+        ValueError: `layers` names layers the model does not have.
+    """
+    _, stack = layer_stack(model)
+    chosen = resolve_layers(layers, len(stack), "model.trained_layers")
+    model.requires_grad_(False)
+    for index in chosen:
+        stack[index].requires_grad_(True)
+    return chosen
+
+
 @contextlib.contextmanager
 def quiet_peft() -> Iterator[None]:
     """Silence peft's read of transformers' deprecated `is_gradient_checkpointing` (a

@@ -36,6 +36,7 @@ from glam.policy.adapters import (
     disable_dropout,
     enable_gradient_checkpointing,
     quiet_peft,
+    train_only_layers,
 )
 from glam.policy.files import (
     CONFIG_FILE,
@@ -148,6 +149,8 @@ class LLMActorCritic(nn.Module):
             enable_gradient_checkpointing(model)
         if model_cfg.lora.enabled:
             model = apply_lora(model, model_cfg.lora)
+        elif model_cfg.trained_layers is not None:
+            train_only_layers(model, model_cfg.trained_layers)
         else:
             model.requires_grad_(True)
         return cls(model, tokenizer, policy_cfg, action_words, model_cfg=model_cfg)
@@ -275,18 +278,22 @@ class LLMActorCritic(nn.Module):
     def trunk_cache_problem(self) -> str | None:
         """Why the update cannot run from the frozen trunk's cached states (`glam.trunk`), or
         None when it can: LoRA adapts only the top layers (a decoder-only model), or only the
-        decoder (an encoder-decoder model), and nothing below them is trained."""
-        if not isinstance(self.model, PeftModel):
+        decoder (an encoder-decoder model), or a full fine-tuning trains only those
+        (`model.trained_layers`), and nothing below them is trained."""
+        base = unwrap_model(self.model)
+        lora = isinstance(self.model, PeftModel)
+        if not lora and all(p.requires_grad for p in base.parameters()):
             return (
                 "the whole model is fine-tuned (model.lora.enabled=false): every layer changes "
-                "with each step, so there is no frozen trunk to keep"
+                "with each step, so there is no frozen trunk to keep (model.trained_layers=K "
+                "trains the top K layers only)"
             )
-        base = unwrap_model(self.model)
+        key = "model.lora.layers" if lora else "model.trained_layers"
         if model_kind(base) == "encoder_decoder":
             if any(p.requires_grad for p in base.get_encoder().parameters()):
                 return (
-                    "LoRA adapts the encoder: set model.lora.layers to adapt only the decoder's "
-                    "layers, and the encoder's output is kept instead"
+                    f"the encoder is trained: set {key} to train only the decoder's layers, and "
+                    "the encoder's output is kept instead"
                 )
             return None
         try:
@@ -295,6 +302,11 @@ class LLMActorCritic(nn.Module):
             return str(error)
         adapted = trainable_layers(stack)
         if not adapted or adapted[0] == 0:
+            if not lora:
+                return (
+                    "model.trained_layers includes the lowest layer: nothing below it is "
+                    "frozen; set model.trained_layers=K to train the top K layers"
+                )
             return (
                 "LoRA adapts the lowest layer (model.lora.layers=null adapts every layer): "
                 "nothing below it is frozen; set model.lora.layers=K to adapt the top K layers"
@@ -438,6 +450,8 @@ class LLMActorCritic(nn.Module):
             model, tokenizer = _load_saved_model(path / "model", dtype, trust_remote_code)
             if model_cfg is None or model_cfg.disable_dropout:
                 disable_dropout(model)
+            if model_cfg is not None and model_cfg.trained_layers is not None:
+                train_only_layers(model, model_cfg.trained_layers)
         else:
             if weights == "adapter+base":
                 base, tokenizer = _load_saved_model(path / "base", dtype, trust_remote_code)
