@@ -37,13 +37,12 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 
 from glam.scoring import TrunkCut
-from glam.trunk import keep_layer_input, run_from_layer, skip_layers
+from glam.trunk import run_from_layer
 
 __all__ = [
     "SampledAnswers",
     "TurnCache",
     "answer_spans",
-    "answer_trunk",
     "sample_answers",
     "score_answers",
     "token_entropy",
@@ -335,37 +334,11 @@ def _answer_layout(
 
 def answer_spans(prompts: Sequence[Tensor], lengths: Tensor) -> list[slice]:
     """Each row's real tokens among the columns of `score_answers`'s forward: its prompt, then
-    its answer (the columns of `answer_trunk`'s states)."""
+    its answer (the trunk states a writing policy keeps per row, `glam.policy.writer`)."""
     width = max(len(ids) for ids in prompts)
     return [
         slice(width - len(ids), width + int(n)) for ids, n in zip(prompts, lengths, strict=True)
     ]
-
-
-def answer_trunk(
-    model: nn.Module,
-    prompts: Sequence[Tensor],
-    answers: Tensor,
-    lengths: Tensor,
-    *,
-    pad_id: int,
-    cut: TrunkCut,
-) -> list[Tensor]:
-    """The frozen trunk's states of prompt + answer rows (`glam.trunk`): per row `(prompt +
-    answer tokens, hidden)`, the hidden states entering the lowest adapted layer `cut.first`, in
-    one forward that runs only the layers below it."""
-    device = next(model.parameters()).device
-    input_ids, mask, positions, _ = _answer_layout(prompts, answers, lengths, pad_id)
-    with keep_layer_input(cut.layers, cut.first) as kept, skip_layers(cut.layers, cut.first):
-        model(
-            input_ids=input_ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=positions.to(device),
-            use_cache=False,
-            logits_to_keep=1,
-        )
-    hidden = kept[0]
-    return [hidden[i, span] for i, span in enumerate(answer_spans(prompts, lengths))]
 
 
 def score_answers(
@@ -382,8 +355,9 @@ def score_answers(
     """Teacher-forced log-probabilities of `answers` `(B, T)` (their first `lengths` tokens)
     after `prompts`, under `softmax(logits / temperature)`, in one forward.
 
-    Given `trunk` (each row's `answer_trunk` states) and its `cut`, the forward runs only the
-    layers from `cut.first` up, from those states (`glam.trunk.run_from_layer`).
+    Given `trunk` (each row's states entering layer `cut.first`, at `answer_spans`'s columns)
+    and its `cut`, the forward runs only the layers from `cut.first` up, from those states
+    (`glam.trunk.run_from_layer`).
 
     Returns:
         `(logprobs, entropy, prompt_hidden)`: `(B, T)` per answer token (0 after its end), and

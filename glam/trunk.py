@@ -154,15 +154,6 @@ def run_from_layer(layers: nn.ModuleList, first: int, hidden: Tensor) -> Iterato
 
 
 @contextlib.contextmanager
-def skip_layers(layers: nn.ModuleList, first: int) -> Iterator[None]:
-    """Within the block, `layers[first:]` return their input: a forward computes the trunk
-    below `layers[first]` only (with `keep_layer_input`, the states to keep), then the final
-    norm and head on whatever positions it keeps (cheap: one position is enough)."""
-    with _passing_through(list(layers[first:])):
-        yield
-
-
-@contextlib.contextmanager
 def _passing_through(skipped: list[nn.Module]) -> Iterator[None]:
     for layer in skipped:
         layer.forward = _pass_through

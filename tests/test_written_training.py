@@ -7,6 +7,7 @@ and a resumed run.
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 from pathlib import Path
@@ -47,6 +48,7 @@ from glam.ppo.trainer import (
 )
 from glam.ppo.written import PolicyCollapsed, WrittenEnvRunner, answer_statistics
 from glam.run_config import TrainingRunConfig
+from glam.runs.errors import SetupError
 from glam.trunk import TrunkStates
 
 S = 1 / math.sqrt(2)  # a group of two returns, normalised by their unbiased std: -+1/sqrt(2)
@@ -353,41 +355,52 @@ def test_grpos_token_ratio_is_one_with_recomputed_log_probs(accelerator: Acceler
 
 
 def _cached_rollout(accelerator: Accelerator, *overrides: str):
-    """A rollout of the tiny writer with LoRA on its top layer and the trunk cache on."""
+    """A rollout of the tiny writer with LoRA on its top layer and the trunk cache on, and the
+    same policy with the cache off."""
     cfg = _writer_config("model.lora.layers=1", "ppo.epochs=2", *overrides)
-    model, optimizer, _, buffer, rollout = _written_rollout(cfg, accelerator, cache_trunk=True)
+    model, _, _, buffer, rollout = _written_rollout(cfg, accelerator, cache_trunk=True)
+    uncached = copy.deepcopy(model)
+    uncached.trunk_cut = None
     algorithm = build_algorithm(cfg.algorithm, cfg.ppo)
     batch, _ = algorithm.advantages(buffer, rollout.last_values)
+    assert batch.observations.trunk is None  # the rollout keeps none: the update's pass does
     batch.advantages = torch.linspace(-1, 1, len(batch))  # something to move the weights
     batch.mask = torch.ones(len(batch), dtype=torch.bool)  # GRPO's: every episode counts
-    return cfg, model, optimizer, batch, algorithm
+    return cfg, model, uncached, batch, algorithm
+
+
+def _kept_trunk(model, batch: Transitions) -> list[TrunkStates]:
+    """The trunk states the policy keeps when it scores the batch's answers without them."""
+    with torch.no_grad():
+        return model(batch.observations.prompts, batch.observations.answers).trunk
 
 
 @pytest.mark.parametrize("variant", ["ppo", "grpo"])
 def test_the_written_update_from_the_cache_equals_the_uncached_update(
     accelerator: Accelerator, variant: str
 ) -> None:
-    """PPO keeps the trunk with a forward of the layers below the adapters; GRPO on the way
-    through its reference's forward (the adapter off: the trunk is below it). Either way the
-    update's loss, every adapter and head gradient, and the weights after two epochs of
-    micro-batched steps equal those of the update that runs the whole model."""
+    """The update's first pass (the recomputation of the old log-probabilities) keeps each
+    prompt's and answer's trunk; the loss, every adapter and head gradient, and the weights after
+    two epochs of micro-batched steps from it equal those of the update that runs the whole
+    model, and the first ratio is exactly 1."""
     extra = ["algorithm.name=grpo", "algorithm.group_size=2", "algorithm.kl_coef=0.05"]
-    cfg, model, optimizer, batch, algorithm = _cached_rollout(
+    cfg, model, uncached, batch, algorithm = _cached_rollout(
         accelerator, *(extra if variant == "grpo" else [])
     )
-    trunk = batch.observations.trunk
+    trunk = _kept_trunk(model, batch)
     assert trunk is not None and len(trunk) == len(batch) == 32
-    answers = batch.observations.answers
+    assert _kept_trunk(uncached, batch) is None
     tokens = [len(p) for p in model._encode(batch.observations.prompts)]
+    answers = batch.observations.answers
     assert [len(states.hidden) for states in trunk] == [
         n + int(a) for n, a in zip(tokens, answers.lengths, strict=True)
     ]
-    plain = Transitions(**{**batch.__dict__, "observations": batch.observations.with_trunk(None)})
-    model.train()
+    cached = Transitions(**{**batch.__dict__, "observations": batch.observations.with_trunk(trunk)})
     losses, grads = [], []
-    for transitions in (batch, plain):
+    for policy, transitions in ((model, cached), (uncached, batch)):
+        policy.train()
         loss, _ = _chunk_loss(
-            model,
+            policy,
             transitions.select(torch.arange(8)),
             cfg.ppo,
             torch.device("cpu"),
@@ -395,8 +408,10 @@ def test_the_written_update_from_the_cache_equals_the_uncached_update(
         )
         loss.backward()
         losses.append(loss.item())
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-        model.zero_grad()
+        grads.append(
+            {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+        )
+        policy.zero_grad()
     assert grads[0].keys() == grads[1].keys() and any("lora_B" in n for n in grads[0])
     assert abs(losses[0] - losses[1]) <= 1e-5
     for name, grad in grads[0].items():
@@ -404,18 +419,17 @@ def test_the_written_update_from_the_cache_equals_the_uncached_update(
 
     start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     after = []
-    for transitions in (batch, plain):
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name in start:
-                    param.copy_(start[name])
-        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    for policy in (model, uncached):
+        transitions = copy.deepcopy(batch)
+        optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.5)
         torch.manual_seed(3)  # the same minibatch order in both updates
         stats = ppo_update(
-            model, optimizer, transitions, cfg.ppo, accelerator, True, algorithm=algorithm
+            policy, optimizer, transitions, cfg.ppo, accelerator, True, algorithm=algorithm
         )
         assert stats["debug/first_ratio_deviation"] == 0.0
-        after.append({n: p.detach().clone() for n, p in model.named_parameters() if n in start})
+        kept = transitions.observations.trunk
+        assert (kept is not None) == (policy is model)  # the recomputation kept it, or not
+        after.append({n: p.detach().clone() for n, p in policy.named_parameters() if n in start})
     moved = max((after[0][n] - start[n]).abs().max().item() for n in start)
     assert moved > 1e-3  # a hundred times the tolerance below
     for name in start:
@@ -426,6 +440,7 @@ def test_corrupted_written_trunk_states_move_the_loss(accelerator: Accelerator) 
     """The negative control: the update reads the states it is given."""
     cfg, model, _, batch, algorithm = _cached_rollout(accelerator)
     chunk = batch.select(torch.arange(8))
+    chunk.observations = chunk.observations.with_trunk(_kept_trunk(model, chunk))
     model.train()
     loss, _ = _chunk_loss(model, chunk, cfg.ppo, torch.device("cpu"), algorithm=algorithm)
     generator = torch.Generator().manual_seed(5)
@@ -442,18 +457,23 @@ def test_corrupted_written_trunk_states_move_the_loss(accelerator: Accelerator) 
         _chunk_loss(model, chunk, cfg.ppo, torch.device("cpu"), algorithm=algorithm)
 
 
-def test_a_written_run_keeps_the_trunk_and_says_so(
+def test_a_written_run_keeps_the_trunk_in_its_update_and_says_so(
     tmp_path: Path, accelerator: Accelerator, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # fp32: the trainer recomputes the old log-probabilities anyway, to keep the trunk there.
     cfg = _writer_config("model.lora.layers=1", "train.total_frames=64")
     cfg.train.output_dir = str(tmp_path)
     train(cfg, accelerator, tmp_path)
-    assert (
-        "[glam] trunk cache: on (the rollout keeps the input of layer 1" in capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "[glam] trunk cache: on (the update's recomputation keeps the input of layer 1" in out
     rows = _rows(tmp_path)
     assert all(float(row["memory/trunk_cache_mib"]) > 0 for row in rows)
-    assert all(float(row["debug/first_ratio_deviation"]) <= 1e-5 for row in rows)
+    assert all(float(row["debug/first_ratio_deviation"]) == 0.0 for row in rows)
+    off = _writer_config(
+        "model.lora.layers=1", "ppo.recompute_logprobs=false", "ppo.cache_trunk=true"
+    )
+    with pytest.raises(SetupError, match="ppo.recompute_logprobs=false: a writing policy"):
+        train(off, accelerator, tmp_path / "off")
 
 
 def test_a_written_grpo_run_resumed_mid_run_plays_on_as_the_uninterrupted_one(

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from glam.config import EnvConfig, ModelConfig, PolicyConfig
-from glam.decoding import TurnCache, answer_spans, answer_trunk, sample_answers, score_answers
+from glam.decoding import TurnCache, answer_spans, sample_answers, score_answers
 from glam.models.loading import load_model
 from glam.policy.balrog import last_action
 from glam.policy.files import CONFIG_FILE, CheckpointError, env_record
@@ -306,6 +306,11 @@ class WritingActorCritic(LLMActorCritic):
 
     observation_kind = "written"
     """The env runner builds `WrittenObservations` for it (`glam.ppo.written`)."""
+    keeps_trunk_in_update = True
+    """With the trunk cache on, its trunk depends on the answers as well as the prompts, so it is
+    kept in the update's first pass, the recomputation of the old log-probabilities (which the
+    trainer then always runs), not in the rollout, whose forwards read the prompts and one new
+    token at a time."""
 
     def __init__(
         self,
@@ -423,9 +428,9 @@ class WritingActorCritic(LLMActorCritic):
         (evaluation); its log-probabilities are still the sampling distribution's. `candidates`
         are the scoring policy's and must be None.
 
-        Once `enable_trunk_cache` was called, writing also returns the frozen trunk's states of
-        each prompt and its answer (`WrittenOutput.trunk`), and scoring given them back as
-        `trunk` runs only the adapted layers (`glam.trunk`)."""
+        Once `enable_trunk_cache` was called, scoring answers without `trunk` also returns the
+        frozen trunk's states of each prompt and its answer (`WrittenOutput.trunk`), and scoring
+        given them back as `trunk` runs only the adapted layers (`glam.trunk`)."""
         if candidates is not None:
             raise ValueError("a writing policy reads prompts (and its answers), not candidates")
         if trunk is not None and (self.trunk_cut is None or answers is None):
@@ -470,10 +475,8 @@ class WritingActorCritic(LLMActorCritic):
             texts=texts,
             entropy=(sampled.entropy * mask).sum(1) / sampled.lengths.clamp(min=1),
             stopped=sampled.stopped,
+            ref_logprobs=self._reference_logprobs(ids, sampled.tokens, sampled.lengths),
             invalid_index=invalid,
-        )
-        answers.ref_logprobs, trunk = self._reference_and_trunk(
-            ids, sampled.tokens, sampled.lengths
         )
         device = sampled.prompt_hidden.device
         return WrittenOutput(
@@ -485,13 +488,16 @@ class WritingActorCritic(LLMActorCritic):
             token_entropy=sampled.entropy.to(device),
             token_mask=mask.to(device),
             actions=actions.to(device),
-            trunk=trunk,
         )
 
     def _score(
         self, ids: list[Tensor], answers: Answers, trunk: Sequence[TrunkStates] | None
     ) -> WrittenOutput:
-        with self._autocast():
+        cut = self.trunk_cut
+        keep = contextlib.nullcontext([])
+        if cut is not None and trunk is None:
+            keep = keep_layer_input(cut.layers, cut.first)
+        with self._autocast(), keep as kept:
             logprobs, entropy, hidden = score_answers(
                 self.model,
                 ids,
@@ -499,9 +505,13 @@ class WritingActorCritic(LLMActorCritic):
                 answers.lengths,
                 temperature=self.generation.temperature,
                 pad_id=self.pad_id,
-                cut=self.trunk_cut,
+                cut=cut,
                 trunk=None if trunk is None else [states.hidden for states in trunk],
             )
+        kept_trunk = None
+        if kept:  # the update's first pass: keep the trunk for the passes after it
+            spans = answer_spans(ids, answers.lengths)
+            kept_trunk = [TrunkStates(kept[0][i, span]) for i, span in enumerate(spans)]
         mask = answers.token_mask.to(logprobs.device)
         return WrittenOutput(
             logits=logprobs.sum(1, keepdim=True),
@@ -511,26 +521,16 @@ class WritingActorCritic(LLMActorCritic):
             token_entropy=entropy,
             token_mask=mask,
             actions=answers.actions.to(logprobs.device),
+            trunk=kept_trunk,
         )
 
-    def _reference_and_trunk(
+    def _reference_logprobs(
         self, ids: list[Tensor], tokens: Tensor, lengths: Tensor
-    ) -> tuple[Tensor | None, list[TrunkStates] | None]:
-        """The answers' token log-probabilities under the base model (adapter off), if the
-        algorithm keeps them, and the frozen trunk's states of each prompt and answer, if the
-        cache is on. The trunk is below the adapters, the same with them off: the reference's
-        forward keeps it on its way, otherwise a forward of the trunk alone computes it."""
-        cut = self.trunk_cut
+    ) -> Tensor | None:
+        """The answers' token log-probabilities under the base model (adapter off)."""
         if not self.reference:
-            if cut is None:
-                return None, None
-            with torch.no_grad(), self._autocast():
-                kept = answer_trunk(self.model, ids, tokens, lengths, pad_id=self.pad_id, cut=cut)
-            return None, [TrunkStates(states) for states in kept]
-        keep = (
-            contextlib.nullcontext([]) if cut is None else keep_layer_input(cut.layers, cut.first)
-        )
-        with torch.no_grad(), self.model.disable_adapter(), self._autocast(), keep as kept:
+            return None
+        with torch.no_grad(), self.model.disable_adapter(), self._autocast():
             logprobs, _, _ = score_answers(
                 self.model,
                 ids,
@@ -539,11 +539,7 @@ class WritingActorCritic(LLMActorCritic):
                 temperature=self.generation.temperature,
                 pad_id=self.pad_id,
             )
-        trunk = None
-        if cut is not None:
-            spans = answer_spans(ids, lengths)
-            trunk = [TrunkStates(kept[0][i, span]) for i, span in enumerate(spans)]
-        return logprobs.float().cpu(), trunk
+        return logprobs.float().cpu()
 
     def _values(self, hidden: Tensor) -> Tensor:
         if not self.uses_value:

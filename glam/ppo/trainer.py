@@ -563,12 +563,15 @@ def _recompute_old_logprobs(
     recurrence: int = 1,
 ) -> None:
     """Replace the rollout's log-probs and values by those of the update's forward pass
-    (`order` of sequences of `recurrence` steps, `minibatch` and `micro` counted in sequences).
+    (`order` of sequences of `recurrence` steps, `minibatch` and `micro` counted in sequences),
+    and keep the frozen trunk's states a policy returns on the way (a writing policy's, whose
+    trunk depends on the answers: `glam.trunk`), for the epochs to run from.
 
     Chunks follow the first epoch's, so each first-epoch forward sees exactly the inputs (same
     batch composition and padding) it is compared with: in bf16 the ratio is then exactly 1
     before the first step, where batching differences alone would otherwise move it.
     """
+    kept: list[Any] = [None] * len(batch)
     for mb_index in order.split(minibatch):
         for chunk in mb_index.split(micro):
             positions = sequence_positions(chunk, recurrence)
@@ -578,6 +581,10 @@ def _recompute_old_logprobs(
             batch.logprobs[positions] = output.dist.log_prob(actions).float().cpu()
             batch.values[positions] = output.values.float().cpu()
             _recompute_token_logprobs(batch, positions, output)
+            for position, states in zip(positions.tolist(), output.trunk or (), strict=False):
+                kept[position] = states
+    if all(states is not None for states in kept):  # a writing policy's trunk, kept on the way
+        batch.observations = batch.observations.with_trunk(kept)
 
 
 def _recompute_token_logprobs(
@@ -788,6 +795,7 @@ def build_training(
             cfg.model.dtype != "float32"
             or cfg.model.autocast_bf16
             or (accelerator.mixed_precision != "no")
+            or (cache_trunk and getattr(policy, "keeps_trunk_in_update", False))
         )
     return Training(
         cfg=cfg,
@@ -912,6 +920,12 @@ def resolve_trunk_cache(
         accelerator.print("[glam] trunk cache: off (ppo.cache_trunk=false)")
         return False
     problem = policy.trunk_cache_problem()
+    in_update = getattr(policy, "keeps_trunk_in_update", False)
+    if problem is None and in_update and cfg.ppo.recompute_logprobs is False:
+        problem = (
+            "ppo.recompute_logprobs=false: a writing policy keeps its trunk in the update's "
+            "first pass, the recomputation of the old log-probabilities"
+        )
     if problem is not None:
         if asked:
             raise SetupError(f"ppo.cache_trunk=true, but {problem}")
@@ -927,7 +941,11 @@ def resolve_trunk_cache(
             f"the input of layer {cut.first} of 0-{top}; the update runs layers "
             f"{cut.first}-{top} from it"
         )
-    accelerator.print(f"[glam] trunk cache: on (the rollout keeps {where})")
+    if in_update:
+        where = where.replace("; the update runs", "; the epochs run")
+        accelerator.print(f"[glam] trunk cache: on (the update's recomputation keeps {where})")
+    else:
+        accelerator.print(f"[glam] trunk cache: on (the rollout keeps {where})")
     cfg.ppo.cache_trunk = True
     return True
 
