@@ -38,6 +38,22 @@ layer's q/k/v projections read the frozen embeddings and in fact need none, whic
 count high by those (1/num_layers of the q/k/v share; `tests/test_scaling.py` measures it).
 Gradient checkpointing adds one more forward of the transformer layers.
 
+Top layers only (`tuned_layers`: `model.lora.layers`, or `model.trained_layers` fully fine-tuned;
+counted in the layer stack, the decoder's for an encoder-decoder model): LoRA's products, its
+parameters and the trained weights are those of the tuned layers only. Nothing below the lowest
+tuned layer requires a gradient, so the backward runs from the top down to that layer only (the
+layers above it, the LM head, the value head) with the rules above, its own q/k/v input gradients
+counted as the first layer's are; the LM head is trained only by a full fine-tuning of every
+layer. With the encoder frozen, T5's cross-attention keys and values read states that need no
+gradient: their projections pay a weight gradient when trained, nothing otherwise.
+
+The trunk's cache (`cache_trunk`, `glam.trunk`): the rollout keeps the hidden states entering the
+lowest tuned layer (an encoder-decoder model: the encoder's output), and every forward of the
+update (each epoch's, and the recompute's) runs from them: the stack's layers from the lowest
+tuned one up (an encoder-decoder model: the whole decoder, no encoder), the LM head, the value
+head. The rollout still runs the whole model at every step. Without the cache the update's
+forwards run the whole model and its backward stops at the lowest tuned layer all the same.
+
 Per update of `envs * frames_per_env` transitions: one forward per env-step, one more per env to
 bootstrap the last value, then `epochs` forward + backward passes per transition, plus one
 forward per transition when old log-probs are recomputed (the trainer does so by default unless
@@ -95,6 +111,25 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
 def _check_positive(name: str, value: float) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_layers(layers: object) -> int | tuple[int, ...] | None:
+    """`tuned_layers` as a count >= 1, a sorted tuple of distinct indices >= 0, or None."""
+    if layers is None:
+        return None
+    if _is_int(layers):
+        _check_positive("tuned_layers", layers)
+        return layers
+    indices = list(layers) if isinstance(layers, Sequence) else []
+    if not indices or not all(_is_int(i) and i >= 0 for i in indices):
+        raise ValueError(f"tuned_layers={layers!r}: give a count, layer indices >= 0, or None")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"tuned_layers={layers!r}: an index is repeated")
+    return tuple(sorted(indices))
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,6 +318,12 @@ class WorkloadConfig:
     """LoRA rank; None: full fine-tuning."""
     lora_targets: tuple[str, ...] = ("q", "v")
     """Linear layers LoRA adapts (names of `LORA_TARGETS`, or Llama/T5 module names)."""
+    tuned_layers: int | tuple[int, ...] | None = None
+    """The layers that train, in the layer stack (a causal model's layers, an encoder-decoder
+    model's decoder layers): LoRA's (`model.lora.layers`) or, fully fine-tuned, the only ones
+    trained (`model.trained_layers`, everything else frozen). A number K: the top K; a tuple:
+    those indices, from 0 at the bottom; None: every layer (under LoRA the encoder's too; fully
+    fine-tuned, the embeddings and the LM head as well)."""
     precision: str = "fp32"
     """One of `PRECISIONS`."""
     gradient_checkpointing: bool = False
@@ -292,6 +333,10 @@ class WorkloadConfig:
     (the trainer's default)."""
     value_hidden_sizes: tuple[int, ...] = (1024, 1024)
     """Hidden widths of the value head's MLP."""
+    cache_trunk: bool = False
+    """The update runs from the hidden states the rollout kept at the lowest tuned layer (the
+    encoder's output for an encoder-decoder model): `ppo.cache_trunk` as the trainer resolved
+    it; `trunk_cache_problem` says where it applies."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -312,11 +357,17 @@ class WorkloadConfig:
                 raise ValueError("lora_targets is empty: name the layers LoRA adapts")
         _check_choice("precision", self.precision, tuple(PRECISIONS))
         object.__setattr__(self, "lora_targets", _generic_targets(self.lora_targets))
+        object.__setattr__(self, "tuned_layers", _checked_layers(self.tuned_layers))
         object.__setattr__(self, "value_hidden_sizes", tuple(self.value_hidden_sizes))
 
     @property
     def full_finetune(self) -> bool:
         return self.lora_rank is None
+
+    @property
+    def layers_key(self) -> str:
+        """The config key that chooses `tuned_layers`, for messages."""
+        return "model.trained_layers" if self.full_finetune else "model.lora.layers"
 
     @property
     def frames_per_update(self) -> int:
@@ -401,31 +452,37 @@ def _layer_linears(shape: ModelShape, role: str, layers: int) -> list[_Linear]:
     return attention + mlp
 
 
-def _linears(shape: ModelShape) -> list[_Linear]:
-    """Every weight matrix of the transformer layers."""
+def _linears(shape: ModelShape, top_layers: int | None = None) -> list[_Linear]:
+    """Every weight matrix of the transformer layers; with `top_layers`, those of the top
+    `top_layers` layers of the layer stack only (an encoder-decoder model's encoder left out)."""
+    layers = shape.num_layers if top_layers is None else top_layers
     if shape.kind == "causal":
-        return _layer_linears(shape, "row", shape.num_layers)
-    d, layers = shape.hidden_size, shape.num_layers
+        return _layer_linears(shape, "row", layers)
+    d = shape.hidden_size
     cross = [
         _Linear("q", d, shape.attention_width, "decoder", layers),
         _Linear("k", d, shape.kv_width, "cross_kv", layers),
         _Linear("v", d, shape.kv_width, "cross_kv", layers),
         _Linear("o", shape.attention_width, d, "decoder", layers),
     ]
-    return (
-        _layer_linears(shape, "encoder", shape.num_encoder_layers)
-        + _layer_linears(shape, "decoder", layers)
-        + cross
-    )
+    decoder = _layer_linears(shape, "decoder", layers) + cross
+    if top_layers is not None:
+        return decoder
+    return _layer_linears(shape, "encoder", shape.num_encoder_layers) + decoder
 
 
-def _attention_blocks(shape: ModelShape, w: WorkloadConfig) -> list[tuple[int, int, int]]:
-    """(queries, keys, layers) of every attention product of one prompt's forward."""
+def _attention_blocks(
+    shape: ModelShape, w: WorkloadConfig, top_layers: int | None = None
+) -> list[tuple[int, int, int]]:
+    """(queries, keys, layers) of every attention product of one prompt's forward (of the top
+    `top_layers` layers of the stack only, as `_linears`)."""
     p, d = w.prompt_tokens, w.candidates * w.candidate_tokens
+    layers = shape.num_layers if top_layers is None else top_layers
     if shape.kind == "causal":
         t = _row_tokens(w)
-        return [(t, t, shape.num_layers)]
-    return [(p, p, shape.num_encoder_layers), (d, d, shape.num_layers), (d, p, shape.num_layers)]
+        return [(t, t, layers)]
+    decoder = [(d, d, layers), (d, p, layers)]
+    return decoder if top_layers is not None else [(p, p, shape.num_encoder_layers), *decoder]
 
 
 def _row_tokens(w: WorkloadConfig) -> int:
@@ -457,11 +514,102 @@ def _generic_targets(targets: Sequence[str]) -> tuple[str, ...]:
 
 
 def _adapted(shape: ModelShape, w: WorkloadConfig) -> list[_Linear]:
+    """The linear layers that carry LoRA, each counted over the tuned layers."""
     if w.full_finetune:
         return []
     if "gate" in w.lora_targets and not shape.gated_mlp:
         raise ValueError(f"{shape.name} has no gate projection to adapt (its MLP is not gated)")
-    return [layer for layer in _linears(shape) if layer.target in w.lora_targets]
+    return [layer for layer in _tuned_linears(shape, w) if layer.target in w.lora_targets]
+
+
+def _tuned_linears(shape: ModelShape, w: WorkloadConfig) -> list[_Linear]:
+    """The weight matrices of the tuned layers (`WorkloadConfig.tuned_layers`): every layer's,
+    or those of as many layers of the stack (any K layers of a stack have the same matrices)."""
+    if w.tuned_layers is None:
+        return _linears(shape)
+    return _linears(shape, len(tuned_layer_indices(shape, w)))
+
+
+def tuned_layer_indices(shape: ModelShape, w: WorkloadConfig) -> list[int]:
+    """The indices, from 0 at the bottom of the layer stack, of the layers that train (every
+    layer when `tuned_layers` is None), as `glam.trunk.resolve_layers` reads the config.
+
+    Raises:
+        ValueError: more layers than the stack has, or an index past its top.
+    """
+    count, layers = shape.num_layers, w.tuned_layers
+    if layers is None:
+        return list(range(count))
+    if isinstance(layers, int):
+        if layers > count:
+            raise ValueError(f"{w.layers_key}={layers}: {shape.name} has {count} layers")
+        return list(range(count - layers, count))
+    if layers[-1] >= count:
+        raise ValueError(
+            f"{w.layers_key}={list(layers)}: {shape.name}'s layers are numbered 0 to {count - 1}"
+        )
+    return list(layers)
+
+
+def trunk_cache_problem(shape: ModelShape, w: WorkloadConfig) -> str | None:
+    """Why the update cannot run from the rollout's kept trunk states, or None when it can:
+    `LLMActorCritic.trunk_cache_problem`'s rule on the workload's numbers (something below the
+    tuned layers trains, or nothing is below them).
+
+    Raises:
+        ValueError: `tuned_layers` names layers the model does not have.
+    """
+    lowest = tuned_layer_indices(shape, w)[0]  # checks the layers first
+    if w.tuned_layers is None and w.full_finetune:
+        return (
+            "the whole model is fine-tuned (model.lora.enabled=false): every layer changes with "
+            "each step, so there is no frozen trunk to keep (model.trained_layers=K trains the "
+            "top K layers only)"
+        )
+    if shape.kind == "encoder_decoder":
+        if w.tuned_layers is None:
+            return (
+                "the encoder is trained: set model.lora.layers to train only the decoder's "
+                "layers, and the encoder's output is kept instead"
+            )
+        return None
+    if lowest > 0:
+        return None
+    if w.full_finetune:
+        return (
+            "model.trained_layers includes the lowest layer: nothing below it is frozen; set "
+            "model.trained_layers=K to train the top K layers"
+        )
+    return (
+        "LoRA adapts the lowest layer (model.lora.layers=null adapts every layer): nothing "
+        "below it is frozen; set model.lora.layers=K to adapt the top K layers"
+    )
+
+
+def _grad_layers(shape: ModelShape, w: WorkloadConfig) -> int | None:
+    """How many top layers of the stack the backward runs through (from the lowest tuned one
+    up); None: the whole model."""
+    if w.tuned_layers is None:
+        return None
+    return shape.num_layers - tuned_layer_indices(shape, w)[0]
+
+
+def _update_layers(shape: ModelShape, w: WorkloadConfig) -> int | None:
+    """How many top layers of the stack the update's forwards run (from the trunk's kept
+    states: a causal model's from the lowest tuned layer up, an encoder-decoder model's whole
+    decoder); None: the whole model, without the cache.
+
+    Raises:
+        ValueError: `cache_trunk` where the cache does not apply.
+    """
+    if not w.cache_trunk:
+        return None
+    problem = trunk_cache_problem(shape, w)
+    if problem is not None:
+        raise ValueError(f"cache_trunk=True, but {problem}")
+    if shape.kind == "encoder_decoder":
+        return shape.num_layers
+    return _grad_layers(shape, w)
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,6 +630,17 @@ def lora_parameters(shape: ModelShape, w: WorkloadConfig) -> int:
     if w.full_finetune:
         return 0
     return sum(w.lora_rank * (m.fan_in + m.fan_out) * m.layers for m in _adapted(shape, w))
+
+
+def tuned_weights(shape: ModelShape, w: WorkloadConfig) -> int:
+    """The language model's own weights that train: every one (`count_parameters`) in a full
+    fine-tuning of every layer, the tuned layers' matrices in one of some layers, none with
+    LoRA."""
+    if not w.full_finetune:
+        return 0
+    if w.tuned_layers is None:
+        return count_parameters(shape)
+    return sum(m.fan_in * m.fan_out * m.layers for m in _tuned_linears(shape, w))
 
 
 def value_head_parameters(shape: ModelShape, w: WorkloadConfig) -> int:
@@ -508,6 +667,9 @@ class ForwardFlops:
     lora: float
     """LoRA's A and B products (0 when fully fine-tuned)."""
     value_head: float
+    cross_kv: float = 0.0
+    """Of `linear`: the cross-attention key and value projections of the encoder's states
+    (encoder-decoder models), whose input needs a gradient only when the encoder trains."""
 
     @property
     def total(self) -> float:
@@ -519,12 +681,25 @@ class ForwardFlops:
         return self.linear + self.attention + self.lora
 
 
-def forward_flops(shape: ModelShape, w: WorkloadConfig) -> ForwardFlops:
-    """FLOPs of one scoring forward of one prompt (see the module docstring for the layout)."""
-    linear = sum(2 * m.fan_in * m.fan_out * _tokens(m.role, w) * m.layers for m in _linears(shape))
+def forward_flops(
+    shape: ModelShape, w: WorkloadConfig, top_layers: int | None = None
+) -> ForwardFlops:
+    """FLOPs of one scoring forward of one prompt (see the module docstring for the layout).
+
+    `top_layers`: a forward from kept states through the top `top_layers` layers of the layer
+    stack only (no encoder), the LM head and the value head: the update's forward from the
+    trunk's cache, or the part of a forward the backward runs through. None: the whole model.
+    """
+    linears = _linears(shape, top_layers)
+    linear = sum(2 * m.fan_in * m.fan_out * _tokens(m.role, w) * m.layers for m in linears)
+    cross_kv = sum(
+        2 * m.fan_in * m.fan_out * _tokens(m.role, w) * m.layers
+        for m in linears
+        if m.role == "cross_kv"
+    )
     attention = sum(
         4 * shape.attention_width * queries * keys * layers
-        for queries, keys, layers in _attention_blocks(shape, w)
+        for queries, keys, layers in _attention_blocks(shape, w, top_layers)
     )
     positions = w.candidates * w.candidate_tokens
     lm_head = 2 * shape.hidden_size * shape.vocab_size * positions
@@ -534,14 +709,21 @@ def forward_flops(shape: ModelShape, w: WorkloadConfig) -> ForwardFlops:
     )
     widths = [shape.hidden_size, *w.value_hidden_sizes, 1]
     value_head = sum(2 * a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
-    return ForwardFlops(linear, attention, lm_head, lora, value_head)
+    return ForwardFlops(linear, attention, lm_head, lora, value_head, cross_kv)
 
 
 def backward_flops(forward: ForwardFlops, w: WorkloadConfig) -> float:
-    """FLOPs of one transition's backward (gradient checkpointing's recompute included)."""
-    frozen = 1 if not w.full_finetune else 2  # input gradient only, or input and weight
-    total = frozen * (forward.linear + forward.lm_head) + 2 * (
-        forward.attention + forward.lora + forward.value_head
+    """FLOPs of one transition's backward (gradient checkpointing's recompute included), from
+    `forward`, the FLOPs of what it runs through: the whole forward, or with tuned top layers
+    only `forward_flops(shape, w, top_layers)` from the lowest tuned layer up."""
+    weights = 1 if w.full_finetune else 0  # the layers' own weight gradients
+    encoder_trains = 1 if w.tuned_layers is None else 0  # the cross keys' and values' input
+    lm_head_trains = 1 if w.full_finetune and w.tuned_layers is None else 0
+    total = (
+        (1 + weights) * (forward.linear - forward.cross_kv)
+        + (encoder_trains + weights) * forward.cross_kv
+        + (1 + lm_head_trains) * forward.lm_head
+        + 2 * (forward.attention + forward.lora + forward.value_head)
     )
     return total + (forward.layers if w.gradient_checkpointing else 0.0)
 
@@ -552,12 +734,15 @@ class StepFlops:
 
     forward: ForwardFlops
     """One scoring forward (one env-step of rollout)."""
+    update_forward: ForwardFlops
+    """One forward of the update (each epoch's, the recompute's): from the trunk's kept states
+    when it is cached, else the same as `forward`."""
     backward: float
     """One transition's backward."""
     rollout_per_frame: float
     """The env-step's forward plus its share of the bootstrap forward at the rollout's end."""
     update_per_frame: float
-    """`epochs * (forward + backward)`, plus the recompute forward when on."""
+    """`epochs * (update_forward + backward)`, plus the recompute's `update_forward` when on."""
     frames_per_update: int
 
     @property
@@ -578,12 +763,19 @@ class StepFlops:
 
 
 def step_flops(shape: ModelShape, w: WorkloadConfig) -> StepFlops:
-    """Rollout and update FLOPs of one frame of the run `w` on model `shape`."""
+    """Rollout and update FLOPs of one frame of the run `w` on model `shape`.
+
+    Raises:
+        ValueError: `cache_trunk` where the cache does not apply (`trunk_cache_problem`), or
+            `tuned_layers` the model does not have.
+    """
     forward = forward_flops(shape, w)
-    backward = backward_flops(forward, w)
+    update_forward = forward_flops(shape, w, _update_layers(shape, w))
+    backward = backward_flops(forward_flops(shape, w, _grad_layers(shape, w)), w)
     rollout = forward.total * (1 + 1 / w.frames_per_env)
-    update = w.epochs * (forward.total + backward) + (forward.total if w.recomputes else 0.0)
-    return StepFlops(forward, backward, rollout, update, w.frames_per_update)
+    once = update_forward.total
+    update = w.epochs * (once + backward) + (once if w.recomputes else 0.0)
+    return StepFlops(forward, update_forward, backward, rollout, update, w.frames_per_update)
 
 
 # --------------------------------------------------------------------------------------------
@@ -597,7 +789,8 @@ class MemoryEstimate:
 
     parameters: int
     trainable_parameters: int
-    """LoRA and value head, or every weight and the value head."""
+    """LoRA and value head, or the trained weights (every weight, or the tuned layers') and the
+    value head."""
     weights: float
     autocast_copies: float
     """bf16 copies of the weights autocast keeps during a forward (amp-bf16 only)."""
@@ -610,7 +803,8 @@ class MemoryEstimate:
     activations_per_transition: float
     micro_batch: int
     activations: float
-    """Saved activations of one micro-batch (forward kept for backward)."""
+    """Saved activations of one micro-batch (forward kept for backward, in the layers the
+    backward runs through)."""
     rollout_batch: int
     """Prompts per device in one rollout forward."""
     rollout_working: float
@@ -624,24 +818,34 @@ class MemoryEstimate:
     kv_per_prompt_copied: float
     """The same if every candidate held its own copy of the prompt's keys and values (a
     per-candidate cache, as Lamorel does)."""
+    trunk_cache_per_transition: float
+    """The trunk's kept states of one transition (0 without the cache)."""
+    trunk_cache: float
+    """The kept states of the device's transitions, filled by the rollout and held through the
+    update (`memory/trunk_cache_mib`)."""
 
     @property
     def update_total(self) -> float:
         static = self.weights + self.autocast_copies + self.gradients + self.optimizer
-        return static + self.activations
+        return static + self.activations + self.trunk_cache
 
     @property
     def rollout_total(self) -> float:
-        """Gradients are freed after each step (`zero_grad` sets them to None): not counted."""
-        return self.weights + self.autocast_copies + self.optimizer + self.rollout_working
+        """Gradients are freed after each step (`zero_grad` sets them to None): not counted; the
+        trunk's cache is, full at the rollout's last step."""
+        static = self.weights + self.autocast_copies + self.optimizer
+        return static + self.rollout_working + self.trunk_cache
 
     @property
     def peak(self) -> float:
         return max(self.update_total, self.rollout_total)
 
 
-def _activation_elements(shape: ModelShape, w: WorkloadConfig) -> tuple[float, float]:
-    """Elements saved for backward by one prompt's forward: (all layers, largest single layer).
+def _activation_elements(
+    shape: ModelShape, w: WorkloadConfig, top_layers: int | None = None
+) -> tuple[float, float]:
+    """Elements saved for backward by one prompt's forward: (all layers, largest single layer);
+    with `top_layers`, of the top `top_layers` layers of the stack only (no encoder).
 
     Per token and layer (after Korthikanti et al. 2022, "Reducing Activation Recomputation in
     Large Transformer Models", without dropout masks): the two norms'
@@ -656,14 +860,17 @@ def _activation_elements(shape: ModelShape, w: WorkloadConfig) -> tuple[float, f
     heads, kv = shape.num_heads, shape.num_kv_heads
     mlp = (4 if shape.gated_mlp else 2) * shape.intermediate_size
     qkvo = (2 * heads + 2 * kv) * hd
+    layers = shape.num_layers if top_layers is None else top_layers
     if shape.kind == "causal":
         t = _row_tokens(w)
         layer = t * (4 * d + qkvo + heads * t + mlp)
-        return layer * shape.num_layers, layer
+        return layer * layers, layer
     p, n = w.prompt_tokens, w.candidates * w.candidate_tokens
-    encoder = p * (4 * d + qkvo + heads * p + mlp)
     decoder = n * (6 * d + qkvo + heads * n + 2 * heads * hd + heads * p + mlp) + 2 * kv * hd * p
-    total = encoder * shape.num_encoder_layers + decoder * shape.num_layers
+    if top_layers is not None:
+        return decoder * layers, decoder
+    encoder = p * (4 * d + qkvo + heads * p + mlp)
+    total = encoder * shape.num_encoder_layers + decoder * layers
     return total, max(encoder, decoder)
 
 
@@ -680,9 +887,15 @@ def estimate_memory(
     - activations of one micro-batch: `_activation_elements` x bytes of an activation, plus the
       packed mask (T x T in the weights' dtype and a boolean copy), and the candidate positions'
       logits kept in fp32 for the log-softmax (2 x 4 bytes x vocab each). Gradient
-      checkpointing keeps each layer's input (hidden per token) and one layer's activations;
+      checkpointing keeps each layer's input (hidden per token) and one layer's activations.
+      With tuned top layers only the layers the backward runs through keep anything (below
+      them nothing requires a gradient);
     - rollout: one layer's activations, the mask and the logits per prompt, no training state
-      beyond what lives on the device anyway.
+      beyond what lives on the device anyway;
+    - the trunk's cache: per transition, the hidden states entering the lowest tuned layer at
+      the T positions of the packed row (an encoder-decoder model: the encoder's output, P
+      positions), in the weights' dtype (the residual stream stays fp32 under autocast), for
+      the device's share of the update's transitions, during the rollout and the update.
     """
     _check_positive("devices", devices)
     _check_choice("zero_stage", zero_stage, (0, 1, 2, 3))
@@ -693,8 +906,9 @@ def estimate_memory(
     weights = (parameters * weight_bytes + extra * 4) / (shard if zero_stage == 3 else 1)
     autocast_copies = parameters * 2 if w.precision == "amp-bf16" else 0
     if w.full_finetune:
-        trainable = parameters + value_head_parameters(shape, w)
-        state_bytes = parameters * weight_bytes + value_head_parameters(shape, w) * 4
+        tuned = tuned_weights(shape, w)
+        trainable = tuned + value_head_parameters(shape, w)
+        state_bytes = tuned * weight_bytes + value_head_parameters(shape, w) * 4
     else:
         trainable = extra
         state_bytes = extra * 4
@@ -703,16 +917,21 @@ def estimate_memory(
 
     mask = _mask_bytes(shape, w, weight_bytes, act_bytes)
     logits = w.candidates * w.candidate_tokens * shape.vocab_size * 8
-    saved, one_layer = _activation_elements(shape, w)
+    grad_layers = _grad_layers(shape, w)
+    saved, one_layer = _activation_elements(shape, w, grad_layers)
     if w.gradient_checkpointing:
-        saved = _layer_inputs(shape, w) + one_layer
+        saved = _layer_inputs(shape, w, grad_layers) + one_layer
     per_transition = saved * act_bytes + mask + logits
     local_minibatch = max(w.minibatch_size // devices, 1)
     micro = min(w.micro_batch_size or local_minibatch, local_minibatch)
     rollout_batch = max(w.envs // devices, 1)
-    rollout_working = rollout_batch * (one_layer * act_bytes + mask + logits)
+    _, rollout_layer = _activation_elements(shape, w)
+    rollout_working = rollout_batch * (rollout_layer * act_bytes + mask + logits)
     scores = shape.num_heads * max(q * k for q, k, _ in _attention_blocks(shape, w)) * act_bytes
     kv, copied = _kv_bytes(shape, w, act_bytes)
+    kept = 0.0
+    if _update_layers(shape, w) is not None:
+        kept = _trunk_tokens(shape, w) * shape.hidden_size * weight_bytes
     return MemoryEstimate(
         parameters=parameters,
         trainable_parameters=trainable,
@@ -730,7 +949,15 @@ def estimate_memory(
         attention_scores_per_prompt=scores,
         kv_per_prompt=kv,
         kv_per_prompt_copied=copied,
+        trunk_cache_per_transition=kept,
+        trunk_cache=kept * rollout_batch * w.frames_per_env,
     )
+
+
+def _trunk_tokens(shape: ModelShape, w: WorkloadConfig) -> int:
+    """Positions the trunk's cache keeps per transition: the packed row's (causal), or the
+    prompt's (the encoder's output)."""
+    return _row_tokens(w) if shape.kind == "causal" else w.prompt_tokens
 
 
 def _mask_bytes(shape: ModelShape, w: WorkloadConfig, weight_bytes: int, act_bytes: int) -> float:
@@ -742,13 +969,16 @@ def _mask_bytes(shape: ModelShape, w: WorkloadConfig, weight_bytes: int, act_byt
     return n * n * (weight_bytes + 1) + shape.num_heads * (p * p + n * n) * act_bytes
 
 
-def _layer_inputs(shape: ModelShape, w: WorkloadConfig) -> float:
-    """Elements of the layer inputs gradient checkpointing keeps (hidden per token and layer)."""
+def _layer_inputs(shape: ModelShape, w: WorkloadConfig, top_layers: int | None = None) -> float:
+    """Elements of the layer inputs gradient checkpointing keeps (hidden per token and layer),
+    of the top `top_layers` layers of the stack only (no encoder) when given."""
     d = shape.hidden_size
+    layers = shape.num_layers if top_layers is None else top_layers
     if shape.kind == "causal":
-        return _row_tokens(w) * d * shape.num_layers
+        return _row_tokens(w) * d * layers
     n = w.candidates * w.candidate_tokens
-    return d * (w.prompt_tokens * shape.num_encoder_layers + n * shape.num_layers)
+    encoder = 0 if top_layers is not None else w.prompt_tokens * shape.num_encoder_layers
+    return d * (encoder + n * layers)
 
 
 def _kv_bytes(shape: ModelShape, w: WorkloadConfig, act_bytes: int) -> tuple[float, float]:

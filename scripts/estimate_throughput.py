@@ -8,6 +8,9 @@
     # one GPU, bf16 autocast, Llama-3.2-1B-like shape with LoRA
     python scripts/estimate_throughput.py --model llama-1b-like --hardware a100 \
         --precision amp-bf16 --mfu 0.2 0.4
+    # the training presets' LoRA: the top 4 layers only, the update run from the trunk's cache
+    python scripts/estimate_throughput.py --model smollm2-135m --hardware h100 \
+        --precision amp-bf16 --lora-layers 4 --mfu 0.2
     # several GPUs: the GLAM paper's run (Flan-T5-large fully fine-tuned) on 8 A100s
     python scripts/estimate_throughput.py --model flan-t5-large --full --hardware a100 \
         --devices 8 --mfu 0.1 0.3 --out runs/estimate_paper.json
@@ -19,7 +22,10 @@
 Everything is arithmetic on the model's shape (`glam.scaling`; docs/scaling.md says what is
 counted and what is not). Defaults are the GLAM paper's workload (240-token prompts, 6 actions
 of 2 tokens, 32 envs x 40 frames, 4 epochs, minibatch 64, micro-batch 8) with LoRA r=8 on q and v
-in fp32. Without `--mfu` or a calibration, the projection is shown at a few MFUs.
+of every layer in fp32 (the training presets adapt the top 4 layers: `--lora-layers 4`). The
+trunk's cache follows `ppo.cache_trunk`'s default, on wherever it applies (`--no-cache-trunk`
+turns it off); the table says what was assumed. Without `--mfu` or a calibration, the projection
+is shown at a few MFUs.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from glam.cli import exit_on
@@ -51,6 +57,8 @@ from glam.scaling import (
     resolve_shape,
     seconds_per_update_from_hours,
     step_flops,
+    trunk_cache_problem,
+    tuned_layer_indices,
 )
 
 DEFAULT_MFUS = (0.1, 0.2, 0.4)
@@ -68,6 +76,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tuning.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (default 8)")
     tuning.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     model.add_argument("--lora-targets", nargs="+", default=["q", "v"], help="default: q v")
+    model.add_argument(
+        "--lora-layers",
+        type=_layers,
+        help="model.lora.layers: K (the top K layers) or indices (26,27,28,29); default: every "
+        "layer (the training presets use 4)",
+    )
+    model.add_argument(
+        "--trained-layers",
+        type=_layers,
+        help="model.trained_layers, with --full: train the top K layers (or these indices) only",
+    )
+    model.add_argument(
+        "--cache-trunk",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ppo.cache_trunk: the update runs from the rollout's kept trunk states (default: on "
+        "where it applies, as the trainer)",
+    )
     model.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
     model.add_argument("--gradient-checkpointing", action="store_true")
     model.add_argument(
@@ -122,6 +148,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
 
     args = parser.parse_args(argv)
+    if args.full and args.lora_layers is not None:
+        parser.error("--lora-layers chooses LoRA's layers: with --full, give --trained-layers")
+    if args.trained_layers is not None and not args.full:
+        parser.error("--trained-layers chooses the layers a full fine-tuning trains (--full)")
     calibrating = args.calibrate_seconds_per_update is not None or args.calibrate_hours is not None
     if calibrating and args.mfu:
         parser.error("give --mfu or a calibration (--calibrate-...), not both")
@@ -138,8 +168,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _layers(text: str) -> int | tuple[int, ...]:
+    """`4` (the top 4 layers) or `26,27,28,29` (those indices), as the config's keys take them."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give K or comma-separated indices") from None
+    return values if "," in text else values[0]
+
+
 def build(args: argparse.Namespace) -> tuple[ModelShape, WorkloadConfig, HardwareSpec, float]:
-    """The model shape, the workload, the hardware and its peak FLOP/s (ValueError if bad)."""
+    """The model shape, the workload, the hardware and its peak FLOP/s (ValueError if bad).
+
+    The trunk's cache is on where `--cache-trunk` asks for it or, unset, wherever it applies
+    (`trunk_cache_problem`), as the trainer resolves `ppo.cache_trunk`.
+    """
     shape = resolve_shape(args.model)
     workload = WorkloadConfig(
         prompt_tokens=args.prompt_tokens,
@@ -152,11 +195,16 @@ def build(args: argparse.Namespace) -> tuple[ModelShape, WorkloadConfig, Hardwar
         micro_batch_size=args.micro_batch_size or None,
         lora_rank=None if args.full else args.lora_rank,
         lora_targets=tuple(args.lora_targets),
+        tuned_layers=args.trained_layers if args.full else args.lora_layers,
         precision=args.precision,
         gradient_checkpointing=args.gradient_checkpointing,
         recompute_logprobs=args.recompute_logprobs,
         value_hidden_sizes=tuple(args.value_hidden_sizes),
     )
+    problem = trunk_cache_problem(shape, workload)
+    if args.cache_trunk and problem is not None:
+        raise ValueError(f"--cache-trunk, but {problem}")
+    workload = replace(workload, cache_trunk=args.cache_trunk is not False and problem is None)
     if args.devices < 1 or args.envs % args.devices or args.minibatch_size % args.devices:
         raise ValueError(
             f"--devices {args.devices} must be >= 1 and divide --envs ({args.envs}) and "
@@ -224,9 +272,17 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             "devices": args.calibrate_devices,
             "peak_tflops_per_device": measuring_peak / 1e12,
         }
+    problem = trunk_cache_problem(shape, workload)
     return {
         "model": {**asdict(shape), "parameters": count_parameters(shape)},
         "workload": asdict(workload),
+        "trunk": {
+            "tuned_layers": tuned_layer_indices(shape, workload),
+            "cache": workload.cache_trunk,
+            "cache_off_because": None
+            if workload.cache_trunk
+            else ("--no-cache-trunk" if problem is None else problem),
+        },
         "hardware": {
             "name": hardware.name,
             "precision": args.precision,
@@ -250,6 +306,7 @@ def _flops_record(flops: StepFlops) -> dict[str, float]:
     return {
         **{f"forward_{k}": v for k, v in asdict(flops.forward).items()},
         "forward": flops.forward.total,
+        "update_forward": flops.update_forward.total,
         "backward": flops.backward,
         "rollout_per_frame": flops.rollout_per_frame,
         "update_per_frame": flops.update_per_frame,
@@ -296,15 +353,46 @@ def _row(label: str, value: str) -> str:
     return f"  {label:<44} {value}"
 
 
+def _layer_span(indices: list[int]) -> str:
+    """`26-29` for a run of layers, `29` for one, `10, 29` otherwise."""
+    if len(indices) > 1 and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"{indices[0]}-{indices[-1]}"
+    return ", ".join(map(str, indices))
+
+
+def _tuning(m: dict, w: dict, trunk: dict) -> str:
+    """What trains: `LoRA r=8 on q/v of layers 26-29 (of 0-29)`, `full fine-tuning`..."""
+    stack = m["num_layers"]
+    layers = ""
+    if w["tuned_layers"] is not None:
+        kind = "decoder layers" if m["kind"] == "encoder_decoder" else "layers"
+        layers = f" of {kind} {_layer_span(trunk['tuned_layers'])} (of 0-{stack - 1})"
+    if w["lora_rank"] is None:
+        return f"full fine-tuning{layers}"
+    return f"LoRA r={w['lora_rank']} on {'/'.join(w['lora_targets'])}{layers or ' of every layer'}"
+
+
+def _trunk_line(m: dict, trunk: dict, mem: dict) -> str:
+    """What the trunk's cache was taken to do, or why it is off."""
+    if not trunk["cache"]:
+        return f"trunk     cache off ({trunk['cache_off_because']})"
+    if m["kind"] == "encoder_decoder":
+        where = "the encoder's output", "the decoder only"
+    else:
+        first, top = trunk["tuned_layers"][0], m["num_layers"] - 1
+        where = f"the input of layer {first}", f"layers {first}-{top} from it"
+    return (
+        f"trunk     cache on: the rollout keeps {where[0]} "
+        f"({_bytes(mem['trunk_cache_per_transition'])} per transition); the update runs "
+        f"{where[1]}"
+    )
+
+
 def format_table(result: dict) -> str:
     """The results as text: FLOPs, memory, calibration, projection."""
     m, w, h = result["model"], result["workload"], result["hardware"]
-    f, mem = result["flops"], result["memory_bytes"]
-    if w["lora_rank"] is None:
-        tuning = "full fine-tuning"
-    else:
-        tuning = f"LoRA r={w['lora_rank']} on {'/'.join(w['lora_targets'])}"
-    recompute = f["update_per_frame"] > w["epochs"] * (f["forward"] + f["backward"])
+    f, mem, trunk = result["flops"], result["memory_bytes"], result["trunk"]
+    recompute = f["update_per_frame"] > w["epochs"] * (f["update_forward"] + f["backward"])
     rollout_share = f["rollout_per_frame"] / f["per_frame"]
     if h["memory_gib_per_device"] is None:
         verdict = "memory per device unknown (give --memory-gb)"
@@ -312,8 +400,9 @@ def format_table(result: dict) -> str:
         fits = "fits" if result["fits_in_memory"] else "does NOT fit"
         verdict = f"{fits} in {h['memory_gib_per_device']:g} GiB"
     lines = [
-        f"model     {m['name']} ({m['kind']}, {_count(m['parameters'])} parameters), {tuning}, "
-        f"{h['precision']}",
+        f"model     {m['name']} ({m['kind']}, {_count(m['parameters'])} parameters), "
+        f"{_tuning(m, w, trunk)}, {h['precision']}",
+        _trunk_line(m, trunk, mem),
         f"workload  prompt {w['prompt_tokens']} tokens, {w['candidates']} candidates x "
         f"{w['candidate_tokens']} tokens; {w['envs']} envs x {w['frames_per_env']} frames = "
         f"{f['frames_per_update']} transitions per update; {w['epochs']} epochs, minibatch "
@@ -328,6 +417,11 @@ def format_table(result: dict) -> str:
         _row("  LM head (candidate positions only)", _flop(f["forward_lm_head"])),
         _row("  LoRA", _flop(f["forward_lora"])),
         _row("  value head", _flop(f["forward_value_head"])),
+        *(
+            [_row("forward of the update (from the kept states)", _flop(f["update_forward"]))]
+            if trunk["cache"]
+            else []
+        ),
         _row("backward, one transition", _flop(f["backward"])),
         _row("rollout per frame (with bootstrap)", _flop(f["rollout_per_frame"])),
         _row(
@@ -354,6 +448,11 @@ def format_table(result: dict) -> str:
             f"activations, micro-batch of {mem['micro_batch']}",
             f"{_bytes(mem['activations'])} ({_bytes(mem['activations_per_transition'])} "
             "per transition)",
+        ),
+        _row(
+            "trunk's cache (rollout and update)",
+            f"{_bytes(mem['trunk_cache'])} ({_bytes(mem['trunk_cache_per_transition'])} per "
+            "transition)",
         ),
         _row("packed layout, one prompt: mask", _bytes(mem["mask_per_prompt"])),
         _row("  attention scores, one layer", _bytes(mem["attention_scores_per_prompt"])),

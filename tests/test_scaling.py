@@ -30,7 +30,8 @@ from glam.scaling import (
     project,
     step_flops,
 )
-from glam.scoring import score_candidates, tokenize_candidates
+from glam.scoring import TrunkCut, score_candidates, tokenize_candidates
+from glam.trunk import layer_stack, trainable_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "estimate_throughput.py"
@@ -311,6 +312,188 @@ def test_counts_match_torch_flop_counter_on_the_packed_scorer(
     assert first_layer / modelled < 0.15  # 2 layers here; 1/num_layers of this in general
 
 
+# The same layer twice: LoRA (or a full fine-tuning) on the top layer only, K=1 of 2.
+TINY2 = dataclasses.replace(TINY, num_layers=2)
+TOP1 = dataclasses.replace(TINY_RUN, tuned_layers=1)
+
+
+def test_top_layer_flops_by_hand() -> None:
+    # Per layer, as in the 1-layer test: linear 1152, attention 256, LoRA on q and v 112; LM
+    # head 160, value head 8. LoRA on layer 1 only: the rollout's forward runs both layers,
+    # LoRA in one: 2 x 1152 + 2 x 256 + 160 + 112 + 8 = 3096.
+    uncached = step_flops(TINY2, TOP1)
+    assert uncached.forward.total == 3096
+    assert uncached.forward.lora == 112
+    # Nothing below layer 1 requires a gradient: the backward runs layer 1 and the heads only,
+    # frozen linear and LM head 1x, attention, LoRA and value head 2x:
+    # 1152 + 160 + 2 x (256 + 112 + 8) = 2064, the 1-layer model's backward.
+    assert uncached.backward == 2064
+    # Without the cache the update's forward is the whole model's: 1 epoch x (3096 + 2064).
+    assert uncached.update_forward == uncached.forward
+    assert uncached.update_per_frame == 3096 + 2064
+    assert uncached.rollout_per_frame == 3096 * 1.5
+    # With it, the update's forwards run layer 1 and the heads from the kept states:
+    # 1152 + 256 + 160 + 112 + 8 = 1688; the rollout is unchanged.
+    cached = step_flops(TINY2, dataclasses.replace(TOP1, cache_trunk=True))
+    assert cached.update_forward.total == 1688
+    assert (cached.backward, cached.rollout_per_frame) == (2064, 3096 * 1.5)
+    assert cached.update_per_frame == 1688 + 2064
+    # The recompute (bf16) is one more forward from the kept states: 2 x 3752 + 1688.
+    bf16 = dataclasses.replace(TOP1, cache_trunk=True, epochs=2, precision="bf16")
+    assert step_flops(TINY2, bf16).update_per_frame == 2 * (1688 + 2064) + 1688
+    # Against LoRA on both layers: forward 2 x (1152 + 256 + 112) + 160 + 8 = 3208, backward
+    # 2 x 1152 + 160 + 2 x (2 x 256 + 2 x 112 + 8) = 3952.
+    every = step_flops(TINY2, TINY_RUN)
+    assert (every.forward.total, every.backward) == (3208, 3952)
+
+    # A full fine-tuning of layer 1 only (model.trained_layers=1): its weights pay both
+    # gradients, the frozen LM head the input gradient only: 2 x 1152 + 160 + 2 x (256 + 8).
+    trained = dataclasses.replace(TINY_RUN, lora_rank=None, tuned_layers=1, cache_trunk=True)
+    flops = step_flops(TINY2, trained)
+    assert flops.backward == 2 * 1152 + 160 + 2 * (256 + 8)
+    assert flops.update_forward.total == 1152 + 256 + 160 + 8
+    # A list of indices: the same layer as K=1.
+    indices = dataclasses.replace(TOP1, tuned_layers=[1], cache_trunk=True)
+    assert step_flops(TINY2, indices) == cached
+
+
+def test_top_layer_encoder_decoder_flops_by_hand() -> None:
+    # 1 encoder and 1 decoder layer as in the encoder-decoder test; the decoder's layer trained
+    # in full (model.trained_layers=1), the encoder frozen.
+    shape = dataclasses.replace(
+        TINY, kind="encoder_decoder", num_encoder_layers=1, num_kv_heads=2, tie_embeddings=False
+    )
+    run = dataclasses.replace(TINY_RUN, lora_rank=None, tuned_layers=1, cache_trunk=True)
+    flops = step_flops(shape, run)
+    # The update runs from the encoder's output: the decoder's matrices 768 + cross k, v 192,
+    # its attention 64 + 96, the LM head 160, the value head 8.
+    assert flops.update_forward.total == 768 + 192 + 64 + 96 + 160 + 8
+    assert flops.update_forward.cross_kv == 192
+    # Backward: the decoder's weights 2x; cross k and v read the frozen encoder's states, so
+    # they pay their weight gradient only (1x); LM head 1x; attention and value head 2x.
+    assert flops.backward == 2 * 768 + 192 + 160 + 2 * (64 + 96 + 8)
+    # The rollout runs the encoder too: 1920 + 304 + 160 + 8, as in the test above.
+    assert flops.forward.total == 1920 + 304 + 160 + 8
+    # The cache keeps the encoder's output: 3 prompt tokens x hidden 4 x 4 bytes = 48 per
+    # transition, for the 2 envs x 2 frames of the update.
+    memory = estimate_memory(shape, run)
+    assert (memory.trunk_cache_per_transition, memory.trunk_cache) == (48, 4 * 48)
+
+
+def test_top_layer_memory_by_hand() -> None:
+    cached = estimate_memory(TINY2, dataclasses.replace(TOP1, cache_trunk=True))
+    # Weights: embeddings 40 + 2 layers x 144 = 328; LoRA on layer 1's q and v 14, value head 5:
+    # (328 + 19) x 4 bytes. Gradients and Adam's moments of the 19 trainable parameters.
+    assert (cached.parameters, cached.trainable_parameters) == (328, 19)
+    assert cached.weights == (328 + 19) * 4
+    assert (cached.gradients, cached.optimizer) == (76, 152)
+    # Activations of layer 1 only, as the 1-layer model's: 1088 + mask 80 + logits 160.
+    assert cached.activations_per_transition == 1088 + 80 + 160
+    # The kept states: T = 4 positions x hidden 4 x 4 bytes = 64 per transition, 2 envs x 2
+    # frames = 4 transitions; held by the update and by the rollout that fills them.
+    assert (cached.trunk_cache_per_transition, cached.trunk_cache) == (64, 256)
+    uncached = estimate_memory(TINY2, TOP1)
+    assert uncached.trunk_cache == 0
+    assert uncached.activations_per_transition == cached.activations_per_transition
+    assert cached.update_total == uncached.update_total + 256
+    assert cached.rollout_total == uncached.rollout_total + 256
+    # Every layer with LoRA: both layers' activations and LoRA parameters.
+    every = estimate_memory(TINY2, TINY_RUN)
+    assert every.activations_per_transition == 2 * 1088 + 80 + 160
+    assert every.trainable_parameters == 2 * 14 + 5
+    # A full fine-tuning of layer 1: its 144 weights and the value head train.
+    trained = dataclasses.replace(TINY_RUN, lora_rank=None, tuned_layers=1)
+    full = estimate_memory(TINY2, trained)
+    assert full.trainable_parameters == 144 + 5
+    assert (full.gradients, full.optimizer) == ((144 + 5) * 4, 2 * (144 + 5) * 4)
+
+
+def test_trunk_cache_applies_where_the_trainer_says() -> None:
+    shape = dataclasses.replace(TINY, num_layers=3)
+    full = dataclasses.replace(TINY_RUN, lora_rank=None)
+    for run, problem in (
+        (dataclasses.replace(TINY_RUN, tuned_layers=2), None),
+        (dataclasses.replace(TINY_RUN, tuned_layers=(1, 2)), None),
+        (TINY_RUN, "LoRA adapts the lowest layer"),
+        (dataclasses.replace(TINY_RUN, tuned_layers=3), "LoRA adapts the lowest layer"),
+        (dataclasses.replace(TINY_RUN, tuned_layers=(0, 2)), "LoRA adapts the lowest layer"),
+        (full, "the whole model is fine-tuned"),
+        (dataclasses.replace(full, tuned_layers=3), "trained_layers includes the lowest layer"),
+        (dataclasses.replace(full, tuned_layers=1), None),
+    ):
+        said = scaling.trunk_cache_problem(shape, run)
+        assert said is None if problem is None else problem in said
+    # An encoder-decoder model keeps the encoder's output: any decoder layers will do.
+    t5 = dataclasses.replace(shape, kind="encoder_decoder", num_encoder_layers=1, num_kv_heads=2)
+    assert scaling.trunk_cache_problem(t5, dataclasses.replace(TINY_RUN, tuned_layers=3)) is None
+    assert "the encoder is trained" in scaling.trunk_cache_problem(t5, TINY_RUN)
+    with pytest.raises(ValueError, match="cache_trunk=True, but LoRA adapts the lowest layer"):
+        step_flops(shape, dataclasses.replace(TINY_RUN, cache_trunk=True))
+    with pytest.raises(ValueError, match="model.lora.layers=4: tiny has 3 layers"):
+        step_flops(shape, dataclasses.replace(TINY_RUN, tuned_layers=4))
+    with pytest.raises(ValueError, match=r"model.trained_layers=\[3\]: tiny's layers are"):
+        estimate_memory(shape, dataclasses.replace(full, tuned_layers=[3]))
+    with pytest.raises(ValueError, match="an index is repeated"):
+        WorkloadConfig(tuned_layers=(2, 2))
+
+
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("kind", ["causal", "encoder_decoder"])
+def test_top_layer_counts_match_torch_flop_counter(kind: str, cached: bool) -> None:
+    """LoRA on the top layer of 2 (`model.lora.layers=1`): the update's forward, from the kept
+    states (`glam.trunk.run_from_layer` under `score_candidates`) or the whole model, exactly;
+    the backward, which stops at the adapted layer, high by exactly the terms whose inputs need
+    no gradient there."""
+    builder = tiny_causal_lm if kind == "causal" else tiny_seq2seq_lm
+    model, tokenizer = builder(attn_implementation="eager")
+    shape = scaling.shape_from_hf_config(model.config.to_dict())
+    lora_rank = 2
+    run = dataclasses.replace(
+        _workload(tokenizer, kind == "encoder_decoder", lora_rank),
+        tuned_layers=1,
+        cache_trunk=cached,
+    )
+    model = apply_lora(model, AdapterConfig(r=lora_rank, layers=1))
+    base = model.get_base_model()
+    if kind == "causal":
+        _, stack = layer_stack(base)
+        cut = TrunkCut(layers=stack, first=trainable_layers(stack)[0])
+        assert cut.first == 1
+    else:
+        cut = TrunkCut()  # the encoder's output is kept
+    trunk = None
+    if cached:
+        with torch.no_grad():
+            trunk = score_candidates(model, tokenizer, PROMPTS, CANDIDATES, trunk_cut=cut).trunk
+    with FlopCounterMode(display=False) as counter:
+        scores = score_candidates(
+            model, tokenizer, PROMPTS, CANDIDATES, trunk_cut=cut if cached else None, trunk=trunk
+        ).scores
+    forward = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        scores.sum().backward()
+    backward = counter.get_total_flops()
+
+    flops = step_flops(shape, run)
+    assert forward == flops.update_forward.total - flops.update_forward.value_head
+    if cached:
+        assert forward < flops.forward.total - flops.forward.value_head
+    modelled = flops.backward - 2 * flops.update_forward.value_head
+    # In the adapted layer (the lowest the backward reaches) the self-attention's q, k, v and
+    # LoRA's A on q and v read states that need no gradient, nor does K in Q.K^T (k is not
+    # adapted); the model counts their input gradients, as it does the first layer's. T5's
+    # cross-attention adds LoRA's A on v and K in Q.K^T, which read the frozen encoder's states.
+    d, r = shape.hidden_size, lora_rank
+    width, kv_width = shape.attention_width, shape.kv_width
+    tokens = scaling._row_tokens(run) if kind == "causal" else run.candidates * run.candidate_tokens
+    unneeded = (
+        2 * d * (width + 2 * kv_width) * tokens + 2 * r * d * tokens * 2 + 2 * width * tokens**2
+    )
+    if kind == "encoder_decoder":
+        unneeded += 2 * r * d * run.prompt_tokens + 2 * width * tokens * run.prompt_tokens
+    assert modelled - backward == unneeded
+
+
 def test_workload_and_shape_checks() -> None:
     with pytest.raises(ValueError, match="LoRA target 'attn'"):
         WorkloadConfig(lora_targets=("q", "attn"))
@@ -455,3 +638,60 @@ def test_script_cpu_peak_from_cores(capsys: pytest.CaptureFixture[str]) -> None:
     assert "peak 0.16 TFLOP/s per device (fp32)" in output
     assert "memory per device unknown" in output
     assert math.isclose(2 * 2.5e9 * 32, 0.16e12)
+
+
+def test_script_reads_the_top_layers_and_the_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = _load_script()
+    out = tmp_path / "top4.json"
+    assert script.main(["--lora-layers", "4", "--mfu", "0.2", "--out", str(out)]) == 0
+    output = capsys.readouterr().out
+    # ppo.cache_trunk unset: on, since LoRA leaves layers 0-25 frozen.
+    assert "LoRA r=8 on q/v of layers 26-29 (of 0-29)" in output
+    assert "cache on: the rollout keeps the input of layer 26" in output
+    assert "the update runs layers 26-29 from it" in output
+    result = json.loads(out.read_text())
+    shape = MODEL_PRESETS["smollm2-135m"]
+    flops = step_flops(shape, WorkloadConfig(tuned_layers=4, cache_trunk=True))
+    assert result["flops"]["per_frame"] == pytest.approx(flops.per_frame)
+    assert result["flops"]["update_forward"] == pytest.approx(flops.update_forward.total)
+    assert result["trunk"] == {
+        "tuned_layers": [26, 27, 28, 29],
+        "cache": True,
+        "cache_off_because": None,
+    }
+    # 32 envs x 40 frames of (P - 1 + C x W) = 251 positions x 576 x 4 bytes.
+    assert result["memory_bytes"]["trunk_cache"] == 1280 * 251 * 576 * 4
+
+    assert script.main(["--lora-layers", "4", "--no-cache-trunk", "--mfu", "0.2"]) == 0
+    assert "trunk     cache off (--no-cache-trunk)" in capsys.readouterr().out
+    assert script.main(["--mfu", "0.2"]) == 0
+    assert "cache off (LoRA adapts the lowest layer" in capsys.readouterr().out
+    assert script.main(["--full", "--trained-layers", "2", "--mfu", "0.2"]) == 0
+    assert "full fine-tuning of layers 28-29 (of 0-29)" in capsys.readouterr().out
+    assert script.main(["--model", "flan-t5-large", "--lora-layers", "4", "--mfu", "0.2"]) == 0
+    output = capsys.readouterr().out
+    assert "q/v of decoder layers 20-23 (of 0-23)" in output
+    assert "keeps the encoder's output" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cache-trunk"], "--cache-trunk, but LoRA adapts the lowest layer"),
+        (["--full", "--cache-trunk"], "--cache-trunk, but the whole model is fine-tuned"),
+        (["--lora-layers", "31"], "model.lora.layers=31: smollm2-135m has 30 layers"),
+        (["--full", "--lora-layers", "4"], "with --full, give --trained-layers"),
+        (["--trained-layers", "4"], "chooses the layers a full fine-tuning trains (--full)"),
+        (["--lora-layers", "top"], "'top': give K or comma-separated indices"),
+    ],
+)
+def test_script_rejects_bad_layer_arguments(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = _load_script()
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(script.main(args))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
