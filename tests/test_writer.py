@@ -410,3 +410,30 @@ def test_the_generation_benchmark_refuses_bad_options_before_it_plays(tmp_path: 
             [sys.executable, str(script), *options], capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_the_answer_probe_counts_what_a_policy_and_its_base_write(tmp_path: Path) -> None:
+    """scripts/probe_answers.py: every answer is counted once, as an action or as none, for the
+    policy and, from a checkpoint, its base with the adapter off; bad options stop it first."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "probe_answers.py"
+    policy = _writer()
+    policy.save_pretrained(tmp_path / "checkpoint" / "policy", include_base=True)
+    out = tmp_path / "probe.json"
+    command = [sys.executable, str(script), "--checkpoint", str(tmp_path / "checkpoint")]
+    options = ["--envs", "2", "--samples", "3", "--orders", "all", "--out", str(out)]
+    done = subprocess.run(command + options, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 6 * 2  # every order of the three actions, the policy and its base
+    assert {row["variant"] for row in rows} == {"policy", "base (adapter off)"}
+    for row in rows:
+        assert row["answers"] == sum(row["counts"].values()) == 2 * 3
+        assert list(row["counts"]) == [*NAV, "(no action)"]
+        assert sum(row["shares"].values()) == pytest.approx(1.0)
+    for options, message in (
+        (["--orders", "all", "--prompt-format", "chat"], "use --prompt-format glam"),
+        (["--temperature", "0"], "--temperature must be > 0"),
+        (["--action-space", "default"], "are not --action-space's"),
+    ):
+        done = subprocess.run(command + options, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]

@@ -71,6 +71,8 @@ SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
     "model": {
         # Added with True as its default; the base model's dropout was left on before.
         "disable_dropout": False,
+        # Added with None as its default; a full fine-tuning trained every layer before.
+        "trained_layers": None,
     },
 }
 """`PolicyConfig` and `ModelConfig` fields added after the first `glam_policy.json` of this
