@@ -79,10 +79,19 @@ class TurnCache:
     """Prompt tokens read from the cache since the last `take_counts`."""
     prompt_tokens: int = 0
     """Prompt tokens of every row since the last `take_counts`, reused or computed."""
+    weights: object = None
+    """What the kept keys were computed with, as the owner names it (`use_weights`)."""
 
     def clear(self) -> None:
         """Forget every row (the counts stay)."""
         self.rows.clear()
+
+    def use_weights(self, weights: object) -> None:
+        """Forget every row unless they were kept with `weights` (the owner's name for the
+        weights it is about to use: a writing policy says whether its adapter is on)."""
+        if weights != self.weights:
+            self.rows.clear()
+            self.weights = weights
 
     def reusable(self, row: int, ids: Tensor) -> int:
         """How many leading tokens of `ids` have cached keys in `row` (at most `len(ids) - 1`:

@@ -168,7 +168,6 @@ def main() -> None:
         prompts = first_prompts(policy, args, order)
         for name, context in variants.items():
             torch.manual_seed(args.seed)
-            policy.turn_cache.clear()  # keys kept with the adapter on are not the base's
             with context():
                 row = tally(policy, prompts, args.samples)
             rows.append({"variant": name, "order": list(order), **row})

@@ -9,6 +9,7 @@ turns; the cache must give a full forward's logits, and a misplaced cache must n
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -437,3 +438,29 @@ def test_the_answer_probe_counts_what_a_policy_and_its_base_write(tmp_path: Path
     ):
         done = subprocess.run(command + options, capture_output=True, text=True, timeout=300)
         assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_keys_kept_with_the_adapter_on_are_not_read_with_it_off() -> None:
+    """The turn cache knows which weights kept its keys: the base model (inside
+    `disable_adapter()`) after the adapted one writes what a fresh base writes."""
+    policy = _writer().eval()
+    with torch.no_grad():  # an adapter away from the identity: it changes the answers
+        for name, weights in policy.model.named_parameters():
+            if "lora_B" in name:
+                weights.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+    fresh = copy.deepcopy(policy)
+    prompts = ["Goal of the agent: go to the red ball\nObservation 0: a wall\nAction 0:"] * 3
+
+    def base_answers(writer: WritingActorCritic) -> Answers:
+        torch.manual_seed(4)
+        with torch.no_grad(), writer.model.disable_adapter():
+            return writer(prompts).answers
+
+    torch.manual_seed(4)
+    with torch.no_grad():
+        adapted = policy(prompts).answers  # fills the cache with the adapter's keys
+    assert len(policy.turn_cache.rows) == 3
+    kept, expected = base_answers(policy), base_answers(fresh)
+    assert kept.texts == expected.texts
+    torch.testing.assert_close(kept.logprobs, expected.logprobs, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(adapted.logprobs[:, 0], expected.logprobs[:, 0], atol=1e-3)

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from peft import PeftModel
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
@@ -445,6 +446,7 @@ class WritingActorCritic(LLMActorCritic):
 
     def _write(self, ids: list[Tensor], greedy: bool = False) -> WrittenOutput:
         cfg = self.generation
+        self.turn_cache.use_weights(self._adapter_on())  # `disable_adapter()` changes them
         with torch.no_grad(), self._autocast():
             sampled = sample_answers(
                 self.model,
@@ -540,6 +542,14 @@ class WritingActorCritic(LLMActorCritic):
                 pad_id=self.pad_id,
             )
         return logprobs.float().cpu()
+
+    def _adapter_on(self) -> bool | None:
+        """Whether the LoRA adapter is on now (False inside `model.disable_adapter()`); None
+        without one."""
+        for module in self.model.modules():
+            if isinstance(module, BaseTunerLayer):
+                return not module.disable_adapters
+        return None
 
     def _values(self, hidden: Tensor) -> Tensor:
         if not self.uses_value:
