@@ -88,7 +88,8 @@ def load(args: argparse.Namespace, words: list[str]) -> WritingActorCritic:
     generation = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     try:
         if args.checkpoint is not None:
-            policy = WritingActorCritic.from_pretrained(policy_dir(args.checkpoint))
+            folder = policy_dir(args.checkpoint)  # a checkpoint is data: no model code runs
+            policy = WritingActorCritic.from_pretrained(folder, trust_remote_code=False)
             policy.generation = replace(policy.generation, **vars(generation))
         else:
             model_cfg = ModelConfig(
