@@ -16,13 +16,22 @@ Torch-free, like the scripts that read run folders only.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-__all__ = ["BAD_INPUT", "describe_os_error", "error_message", "exit_on", "fail", "report"]
+__all__ = [
+    "BAD_INPUT",
+    "describe_os_error",
+    "error_message",
+    "exit_on",
+    "fail",
+    "positive_int",
+    "report",
+]
 
 BAD_INPUT = 2
 """Exit status of a script stopped by its input (files, folders, options, servers)."""
@@ -71,3 +80,15 @@ def describe_os_error(error: BaseException) -> str:
         return words[:1].lower() + words[1:]
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse turns the error into `argument --x: ...` and
+    exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

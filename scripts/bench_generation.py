@@ -31,24 +31,13 @@ from pathlib import Path
 import torch
 
 import glam
-from glam.cli import fail
+from glam.cli import fail, positive_int
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.envs import resolve_action_space
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import WritingActorCritic
 from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.written import WrittenEnvRunner
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def parse_args() -> argparse.Namespace:
@@ -58,10 +47,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--level", default="BabyAI-GoToLocal-v0")
     parser.add_argument("--action-space", default="default")
     parser.add_argument("--prompt-format", default="balrog", choices=["balrog", "chat", "glam"])
-    parser.add_argument("--envs", type=positive, default=5)
-    parser.add_argument("--steps", type=positive, default=16)
-    parser.add_argument("--max-new-tokens", type=positive, default=8)
-    parser.add_argument("--max-history", type=positive, default=16, help="BALROG's dialogue length")
+    parser.add_argument("--envs", type=positive_int, default=5)
+    parser.add_argument("--steps", type=positive_int, default=16)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=8)
+    parser.add_argument(
+        "--max-history", type=positive_int, default=16, help="BALROG's dialogue length"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import glam
-from glam.cli import fail
+from glam.cli import fail, positive_int
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.envs import resolve_action_space
 from glam.policy.generation_config import GenerationConfig
@@ -46,17 +46,6 @@ INVALID = "(no action)"
 """The row of answers that name no action."""
 
 
-def positive(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
@@ -66,12 +55,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--action-space", default="nav")
     parser.add_argument("--prompt-format", default="glam", choices=["glam", "chat"])
     parser.add_argument("--orders", default="env", choices=["env", "all"])
-    parser.add_argument("--envs", type=positive, default=4, help="episodes (first prompts)")
-    parser.add_argument("--samples", type=positive, default=64, help="answers per prompt")
-    parser.add_argument("--max-new-tokens", type=positive, default=3)
+    parser.add_argument("--envs", type=positive_int, default=4, help="episodes (first prompts)")
+    parser.add_argument("--samples", type=positive_int, default=64, help="answers per prompt")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
     if not args.temperature > 0:
