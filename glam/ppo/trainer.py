@@ -933,19 +933,22 @@ def resolve_trunk_cache(
         cfg.ppo.cache_trunk = False
         return False
     cut = policy.enable_trunk_cache()
+    keeper, runner = (
+        ("the update's recomputation", "the epochs run")
+        if in_update
+        else (
+            "the rollout",
+            "the update runs",
+        )
+    )
     if cut.layers is None:
-        where = "the encoder's output; the update runs the decoder only"
+        where = f"the encoder's output; {runner} the decoder only"
     else:
         top = len(cut.layers) - 1
         where = (
-            f"the input of layer {cut.first} of 0-{top}; the update runs layers "
-            f"{cut.first}-{top} from it"
+            f"the input of layer {cut.first} of 0-{top}; {runner} layers {cut.first}-{top} from it"
         )
-    if in_update:
-        where = where.replace("; the update runs", "; the epochs run")
-        accelerator.print(f"[glam] trunk cache: on (the update's recomputation keeps {where})")
-    else:
-        accelerator.print(f"[glam] trunk cache: on (the rollout keeps {where})")
+    accelerator.print(f"[glam] trunk cache: on ({keeper} keeps {where})")
     cfg.ppo.cache_trunk = True
     return True
 
