@@ -10,7 +10,7 @@ Importing the package registers the GLAM levels (:data:`LEVELS`) with gymnasium.
 
 from __future__ import annotations
 
-from babyai_text.actions import ACTION_SPACES, ActionSpace, get_action_space
+from babyai_text.actions import ACTION_SPACES, NO_OP, ActionSpace, get_action_space
 from babyai_text.env import TextEnv, TextEnvWrapper, make
 from babyai_text.registration import LEVELS, register_levels
 from babyai_text.vector import TextVectorEnv
@@ -18,6 +18,7 @@ from babyai_text.vector import TextVectorEnv
 __all__ = [
     "ACTION_SPACES",
     "LEVELS",
+    "NO_OP",
     "ActionSpace",
     "TextEnv",
     "TextEnvWrapper",

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 
 from minigrid.core.actions import Actions
 
-__all__ = ["ACTION_SPACES", "ActionSpace", "get_action_space", "reworded"]
+__all__ = ["ACTION_SPACES", "NO_OP", "ActionSpace", "get_action_space", "reworded"]
+
+NO_OP = "<no-op>"
+"""The action every text env takes besides its words (`TextEnv.step`): minigrid's `done`, which
+does nothing in BabyAI's levels (unless BABYAI_DONE_ACTIONS is set). Never shown in a prompt: it
+is what a policy that writes its action plays for an answer that names no action."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ import gymnasium as gym
 import minigrid  # noqa: F401  (registers minigrid's BabyAI levels with gymnasium)
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
+from minigrid.core.actions import Actions
 
-from babyai_text.actions import ActionSpace, get_action_space
+from babyai_text.actions import NO_OP, ActionSpace, get_action_space
 from babyai_text.describe import LANGUAGES, describe_view, translate_mission
 from babyai_text.events import describe_events, take_snapshot
 from babyai_text.levels import task_type_of
@@ -93,7 +94,8 @@ class TextEnv(gym.Wrapper):
     def step(
         self, action: int | str
     ) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
-        """Take ``action`` (an index into ``action_words`` or a word); gymnasium's 5-tuple.
+        """Take ``action`` (an index into ``action_words``, a word, or ``NO_OP``: minigrid's
+        ``done``, which does nothing); gymnasium's 5-tuple.
 
         Raises:
             ValueError: if ``action`` is not in the action space; the message lists the words.
@@ -106,7 +108,10 @@ class TextEnv(gym.Wrapper):
                 "the episode has ended (terminated or truncated): call reset() before step() "
                 "after an episode ended"
             )
-        minigrid_action = self.action_space_def.to_minigrid(action)
+        if isinstance(action, str) and action == NO_OP and NO_OP not in self.action_words:
+            minigrid_action = int(Actions.done)
+        else:
+            minigrid_action = self.action_space_def.to_minigrid(action)
         before = take_snapshot(self.env)
         obs, reward, terminated, truncated, info = self.env.step(minigrid_action)
         self._episode_over = bool(terminated or truncated)

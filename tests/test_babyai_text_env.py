@@ -186,6 +186,19 @@ def test_noop_words_leave_the_agent_in_place() -> None:
     assert env.unwrapped.step_count == 3
 
 
+@pytest.mark.parametrize("space", ["default", "nav", "french"])
+def test_every_env_takes_the_no_op_besides_its_words(space: str) -> None:
+    env = babyai_text.make("BabyAI-GoToRedBall-v0", action_space=space)
+    _, first = env.reset(seed=3)
+    pos, direction = tuple(env.unwrapped.agent_pos), env.unwrapped.agent_dir
+    _, reward, terminated, truncated, info = env.step(babyai_text.NO_OP)
+    assert (reward, terminated, truncated) == (0, False, False)
+    assert (tuple(env.unwrapped.agent_pos), env.unwrapped.agent_dir) == (pos, direction)
+    assert env.unwrapped.step_count == 1 and info["descriptions"] == first["descriptions"]
+    with pytest.raises(ValueError, match="allowed actions"):
+        env.step(len(env.action_words))  # the no-op is a name, not one more index
+
+
 @pytest.mark.parametrize("level_id", ["BabyAI-MixedTrainLocal-v0", "BabyAI-GoToLocal-v0"])
 def test_max_steps_override_truncates(level_id: str) -> None:
     env = babyai_text.make(level_id, max_steps=5)

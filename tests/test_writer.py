@@ -318,10 +318,14 @@ def test_the_harness_plays_a_writing_policy_in_its_prompt_format(
         )
         return [(e.seed, e.length, e.invalid_actions, e.success) for e in run.episodes]
 
+    act, played = agent.act, []
+    agent.act = lambda request: played.extend(act(request)) or played[-len(request.prompts) :]
     first = play()
     assert [seed for seed, *_ in first] == [10**12, 10**12 + 1, 10**12 + 2]
-    # A random model's answers are not actions: each step counted invalid, played as a step.
+    # A random model's answers are not actions: each step counted invalid, played as in
+    # training (generate.invalid_action=noop): the no-op, never "go forward".
     assert all(invalid == length for _, length, invalid, _ in first)
+    assert played and all(d.invalid and d.action is None for d in played)
     assert play() == first  # the episodes' own RNGs seed the writing
 
 

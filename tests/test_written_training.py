@@ -630,6 +630,37 @@ def test_an_invalid_answer_plays_the_no_op_with_its_penalty_and_feedback(
     assert "Defaulted to action: go forward" in balrog.prompts()[0]
 
 
+def test_the_harness_keeps_an_invalid_answer_as_training_does() -> None:
+    import babyai_text
+    from glam.eval.writing_agent import WrittenHistory
+    from glam.policy.balrog import NO_OP_NAME
+
+    env = EnvConfig(name="BabyAI-GoToRedBallNoDists-v0", num_envs=1, nbr_obs=2, action_space="nav")
+    runner = WrittenEnvRunner(
+        env, PolicyConfig(), GenerationConfig(), num_envs=1, seed=7, tokenizer=tiny_tokenizer()
+    )
+    runner.reset()
+    seed = runner.envs._running[0]["seed"]
+    runner.step(_answers([3], ["I would fly\nto the ball"]))
+    # The harness's env, the same seed: the no-op leaves it where training's left it.
+    played = babyai_text.make("BabyAI-GoToRedBallNoDists-v0", action_space="nav")
+    _, info = played.reset(seed=seed)
+    history = WrittenHistory(2, "glam", feedback=True)
+    history.add_observation(info["descriptions"])
+    history.add_answer("I would fly\nto the ball", NO_OP_NAME, invalid=True)
+    _, _, _, _, info = played.step(babyai_text.NO_OP)
+    history.add_observation(info["descriptions"])
+    assert played.unwrapped.step_count == 1
+    assert history.prompt(played.mission, runner.action_words) == runner.prompts()[0]
+    # A valid answer is kept as its word, with no notice.
+    valid = WrittenHistory(2, "glam", feedback=True)
+    valid.add_observation(info["descriptions"])
+    valid.add_answer("Turn left.", "turn left", invalid=False)
+    valid.add_observation(played.step("turn left")[4]["descriptions"])
+    prompt = valid.prompt(played.mission, runner.action_words)
+    assert "turn left" in prompt and "Turn left." not in prompt and "Defaulted" not in prompt
+
+
 def test_balrogs_dialogue_grows_and_the_policy_reads_only_its_new_tokens() -> None:
     from helpers_tiny import tiny_causal_lm
 

@@ -78,10 +78,11 @@ class FormattedHistory(PromptHistory):
 class Decision:
     """The action an agent takes in one env."""
 
-    action: int
-    """Index into the env's action words."""
+    action: int | None
+    """Index into the env's action words; None: the no-op (`babyai_text.NO_OP`, nothing happens),
+    which a writing policy trained so plays for an invalid answer."""
     invalid: bool = False
-    """The agent's answer was not an action and was replaced by the default one."""
+    """The agent's answer was not an action and was replaced by the default one (or the no-op)."""
     answer: str | None = None
     """What the agent said its action was, when it writes one (the generation protocol):
     kept in its dialogue as said, valid or not."""

@@ -23,6 +23,7 @@ from glam.eval.generation import BalrogDialogue
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
 from glam.llm.chat import Message, render_transcript
+from glam.policy.balrog import NO_OP_NAME
 
 __all__ = [
     "PROBE_SEEDS",
@@ -201,7 +202,8 @@ def run_suite(
         for i, decision in zip(active, decisions, strict=True):
             slot = slots[i]
             slot.new_episode = False
-            _, reward, terminated, truncated, info = envs[i].step(decision.action)
+            action = babyai_text.NO_OP if decision.action is None else decision.action
+            _, reward, terminated, truncated, info = envs[i].step(action)
             slot.episode_return += float(reward)
             slot.length += 1
             slot.invalid_actions += decision.invalid
@@ -241,12 +243,12 @@ def _render(
 
 
 def _record(history: History, decision: Decision, action_words: tuple[str, ...]) -> None:
-    """Add the step's action to the history: a dialogue keeps the agent's answer as said."""
-    word = action_words[decision.action]
-    if isinstance(history, BalrogDialogue) and decision.answer is not None:
-        history.add_answer(
-            decision.answer, word, invalid=decision.invalid, reasoning=decision.reasoning
-        )
+    """Add the step's action to the history: a history that keeps answers (a dialogue, a writing
+    policy's) keeps the agent's answer as said."""
+    word = NO_OP_NAME if decision.action is None else action_words[decision.action]
+    add_answer = getattr(history, "add_answer", None)
+    if add_answer is not None and decision.answer is not None:
+        add_answer(decision.answer, word, invalid=decision.invalid, reasoning=decision.reasoning)
     else:
         history.add_action(word)
 

@@ -7,10 +7,12 @@ chat turns the agent renders with the model's template). It writes an answer per
 its training temperature (or the likeliest tokens with `eval.greedy`), from a torch seed drawn
 from the episodes' own RNGs, and the answer is read as in training (`read_answer`).
 
-An invalid answer plays `generate.invalid_action` when it is one of the suite's action words, and
-otherwise the action standing for BALROG's "go forward" (a suite's env has no no-op to play); in
-BALROG's dialogue the next observation carries the notice, as in training; GLAM's history keeps
-the action played, not the answer. The episode reports count them (`invalid_actions`).
+An invalid answer is played as in training: `generate.invalid_action=noop` plays the no-op
+(`babyai_text.NO_OP`, which every suite's env takes), an action word plays that word when the
+suite has it, and otherwise the action standing for BALROG's "go forward". The histories keep it
+as training does: BALROG's dialogue the answer as said, GLAM's history the answer's first line
+(`answer_line`); with `generate.feedback` the next observation starts with BALROG's notice. The
+episode reports count invalid answers (`invalid_actions`).
 
 This agent plays the checkpoint as it was trained (the default `agent.protocol=scoring`). Under
 `agent.protocol=generation` its model, adapter folded in, answers BALROG's protocol instead, as
@@ -19,7 +21,9 @@ a zero-shot model does (`glam.eval.generation.GenerationAgent`, built by `glam.e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,10 +31,13 @@ import torch
 from glam.eval.agents import ActRequest, Agent, Decision, FormattedHistory, History
 from glam.eval.generation import _default_action
 from glam.llm.local import render_chat
-from glam.policy.balrog import BalrogDialogue, last_action
-from glam.policy.writer import WritingActorCritic
+from glam.policy.balrog import BalrogDialogue, feedback_sentence, last_action
+from glam.policy.writer import WritingActorCritic, answer_line
 
-__all__ = ["WritingAgent"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["WritingAgent", "WrittenHistory"]
 
 
 class WritingAgent(Agent):
@@ -60,7 +67,9 @@ class WritingAgent(Agent):
                 max_history=generation.max_history,
                 feedback_on_invalid_action=generation.feedback,
             )
-        return FormattedHistory(nbr_obs, self.format, self.policy.tokenizer)
+        return WrittenHistory(
+            nbr_obs, self.format, self.policy.tokenizer, feedback=generation.feedback
+        )
 
     @torch.no_grad()
     def act(self, request: ActRequest) -> list[Decision]:
@@ -74,8 +83,7 @@ class WritingAgent(Agent):
         words = list(request.action_words)
         if words != list(self.policy.action_words):
             self.policy.action_words = words  # a renamed action space: read answers in its words
-        invalid = self.policy.generation.invalid_action
-        fallback = words.index(invalid) if invalid in words else _default_action(request)
+        fallback = self._invalid_action(request)
         think = self.policy.generation.answer == "think"
         # One seed per call from the episodes' RNGs: an episode's answers do not depend on the
         # torch RNG's state elsewhere (the batch's other episodes still share the draw).
@@ -98,3 +106,49 @@ class WritingAgent(Agent):
                         )
                     )
         return decisions
+
+    def _invalid_action(self, request: ActRequest) -> int | None:
+        """What an invalid answer plays: None (the no-op), or an index into the suite's words."""
+        invalid = self.policy.generation.invalid_action
+        if invalid == "noop":
+            return None
+        words = list(request.action_words)
+        return words.index(invalid) if invalid in words else _default_action(request)
+
+
+class WrittenHistory(FormattedHistory):
+    """GLAM's prompt history as a writing policy's training keeps it (`WrittenEnvRunner`): an
+    invalid answer's first line in place of an action and, with `feedback`, BALROG's notice
+    first in the observation after it."""
+
+    def __init__(
+        self,
+        nbr_obs: int,
+        prompt_format: str = "glam",
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        *,
+        feedback: bool,
+    ) -> None:
+        super().__init__(nbr_obs, prompt_format, tokenizer)
+        self.feedback = feedback
+        self._notice: str | None = None
+
+    def add_answer(
+        self, answer: str, action: str, *, invalid: bool, reasoning: str | None = None
+    ) -> None:
+        """The policy's answer; `action` is the word played (`NO_OP_NAME` for the no-op)."""
+        if not invalid:
+            self.add_action(action)
+            return
+        self.add_action(answer_line(reasoning or answer))
+        if self.feedback:
+            self._notice = feedback_sentence(action)
+
+    def add_observation(self, descriptions: Sequence[str]) -> None:
+        if self._notice is not None:
+            descriptions, self._notice = [self._notice, *descriptions], None
+        super().add_observation(descriptions)
+
+    def reset(self) -> None:
+        super().reset()
+        self._notice = None

@@ -20,6 +20,7 @@ __all__ = [
     "AGENT_TYPES",
     "DEFAULT_ACTION",
     "FEEDBACK",
+    "NO_OP_NAME",
     "AgentType",
     "BalrogDialogue",
     "feedback_sentence",
@@ -29,6 +30,9 @@ __all__ = [
 
 DEFAULT_ACTION = "go forward"
 """BALROG's replacement for an invalid answer."""
+NO_OP_NAME = "do nothing"
+"""How the feedback names the no-op (`babyai_text.NO_OP`) that a writing policy's invalid answer
+plays with `generate.invalid_action=noop` ("Defaulted to action: do nothing")."""
 _ACTION_HELP = (
     "turn to the left",
     "turn to the right",

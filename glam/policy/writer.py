@@ -60,12 +60,18 @@ __all__ = [
     "WritingActorCritic",
     "WrittenObservations",
     "WrittenOutput",
+    "answer_line",
     "normalize_answer",
     "read_answer",
 ]
 
 _PUNCTUATION = ".,;:!?\"'`*_()[]<>"
 """Stripped from both ends of an answer: "Turn left." and "**turn left**" name "turn left"."""
+
+
+def answer_line(text: str) -> str:
+    """What GLAM's prompt history keeps of an invalid answer: its first line, spaces collapsed."""
+    return " ".join(text.strip().split("\n", 1)[0].split())
 
 
 def normalize_answer(text: str) -> str:

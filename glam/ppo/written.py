@@ -36,23 +36,21 @@ import numpy as np
 from accelerate.utils import gather_object
 from minigrid.core.actions import Actions
 
-from babyai_text import ActionSpace
+from babyai_text import NO_OP, ActionSpace
 from glam.config import EnvConfig, PolicyConfig
 from glam.envs import EnvRunner, resolve_action_space
 from glam.llm.local import render_chat
-from glam.policy.balrog import AGENT_TYPES, BalrogDialogue, feedback_sentence
+from glam.policy.balrog import AGENT_TYPES, NO_OP_NAME, BalrogDialogue, feedback_sentence
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.prompts import glam_prompt
-from glam.policy.writer import Answers, WrittenObservations, normalize_answer
+from glam.policy.writer import Answers, WrittenObservations, answer_line, normalize_answer
 from glam.runs.errors import TrainingDiverged
 
 __all__ = ["NOOP_WORD", "PolicyCollapsed", "WrittenEnvRunner", "answer_statistics"]
 
-NOOP_WORD = "<no-op>"
+NOOP_WORD = NO_OP
 """The envs' extra action an invalid answer plays with `generate.invalid_action=noop`; never in
 a prompt."""
-NOOP_NAME = "do nothing"
-"""How the feedback names that no-op ("Defaulted to action: do nothing")."""
 
 
 class PolicyCollapsed(TrainingDiverged):
@@ -101,7 +99,7 @@ class WrittenEnvRunner(EnvRunner):
         words = list(self.envs.action_words)
         if generation.invalid_action == "noop":
             self.action_words = words[:-1]  # the no-op is the envs', never the prompt's
-            self._invalid_played, self._invalid_name = len(words) - 1, NOOP_NAME
+            self._invalid_played, self._invalid_name = len(words) - 1, NO_OP_NAME
         elif generation.invalid_action in words:
             self._invalid_played = words.index(generation.invalid_action)
             self._invalid_name = generation.invalid_action
@@ -225,8 +223,7 @@ class WrittenEnvRunner(EnvRunner):
     ) -> None:
         """Env i's answer and the observation it led to, in its history and its dialogue."""
         word = self.action_words[action] if valid else self._invalid_name
-        shown = " ".join(text.strip().split("\n", 1)[0].split())
-        self.histories[i].add_action(word if valid else shown)
+        self.histories[i].add_action(word if valid else answer_line(text))
         notice = [feedback_sentence(word)] if not valid and self.generation.feedback else []
         self.histories[i].add_observation([*notice, *descriptions])
         dialogue = self.dialogues[i]
