@@ -31,6 +31,12 @@ default `train.label` of their `config.yaml` (empty: the preset named by `--conf
   waited is not counted); a group's is the mean over its seeds. An evaluation's agent figures
   (`agent_figures` of its suite in results.json: a mediator's queries per episode, `ask/*`) are
   read with its success; a group's is the mean over the seeds that have it.
+- **Training metrics** (`metrics`: columns of metrics.csv, by default a writing policy's
+  `answers/invalid_share`, shown where some run has them): per run the mean over the last N
+  updates (trailing, each update counting once), on the same grid; per group the mean and
+  t-band over seeds, one more panel of the plot, and in the Markdown the first and last window's
+  value. A held-out evaluation's share of invalid answers (`invalid_action_rate`, a writing
+  policy's) is shown beside its success where some row has one above 0.
 - **Baselines** (random, BabyAI's bot...) are evaluation results only: a row in the final table
   and a horizontal line on the curves.
 
@@ -65,6 +71,7 @@ __all__ = [
     "COMPARISON_FILES",
     "DEFAULT_FIGURES",
     "DEFAULT_LABEL_KEY",
+    "DEFAULT_METRICS",
     "Band",
     "ComparisonError",
     "FinalRow",
@@ -85,6 +92,7 @@ __all__ = [
     "group_runs",
     "interpolate",
     "load_run",
+    "metric_bands",
     "plot_comparison",
     "preset_from_command",
     "read_evaluation",
@@ -109,6 +117,8 @@ ELAPSED = "elapsed_seconds"
 DEFAULT_LABEL_KEY = "train.label"
 DEFAULT_FIGURES = ("ask/queries_per_episode",)
 """Agent figures shown beside success in the final table, when some row has them."""
+DEFAULT_METRICS = ("answers/invalid_share",)
+"""Training metrics drawn beside success, when some run has them."""
 COMPARISON_FILES = {
     "csv": "comparison.csv",
     "final": "final.csv",
@@ -152,6 +162,13 @@ class Run:
     """(updates,) episodes that ended in the update."""
     wall_seconds: float = math.nan
     """The trainer's wall clock at the last logged update (NaN: metrics.csv has no clock)."""
+    metrics: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """(updates,) values of the training metrics asked for that metrics.csv has."""
+
+    @property
+    def seconds_per_update(self) -> float:
+        """The trainer's wall clock per logged update (NaN without a clock)."""
+        return self.wall_seconds / len(self.frames)
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:
@@ -220,8 +237,12 @@ def run_label(
     return label, ", ".join(label_by)
 
 
-def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)) -> Run:
-    """Read a run folder's `config.yaml` and `metrics.csv`.
+def load_run(
+    run_dir: str | Path,
+    label_by: Sequence[str] = (DEFAULT_LABEL_KEY,),
+    metrics: Sequence[str] = DEFAULT_METRICS,
+) -> Run:
+    """Read a run folder's `config.yaml` and `metrics.csv`, with the columns of `metrics` it has.
 
     Raises:
         ComparisonError: not a folder, no config.yaml or metrics.csv, no logged update, a
@@ -238,15 +259,15 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
     if not config_file.is_file():
         raise ComparisonError(f"{path} has no {CONFIG_YAML}: not a training run folder")
     try:
-        metrics = pd.read_csv(metrics_file)
+        metrics_table = pd.read_csv(metrics_file)
     except pd.errors.EmptyDataError:
-        metrics = pd.DataFrame()
+        metrics_table = pd.DataFrame()
     except (OSError, UnicodeDecodeError, ValueError) as error:  # binary, ragged, unreadable
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ComparisonError(f"{metrics_file} is not a readable CSV file ({message})") from None
-    if metrics.empty:
+    if metrics_table.empty:
         raise ComparisonError(f"{metrics_file} is empty: the run has no logged update yet")
-    missing = [column for column in ("frames", SUCCESS) if column not in metrics]
+    missing = [column for column in ("frames", SUCCESS) if column not in metrics_table]
     if missing:
         raise ComparisonError(f"{metrics_file} has no column {', '.join(missing)}")
     try:
@@ -260,7 +281,7 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
         seed = int(config_value(config, "train.seed"))
     except KeyError as error:
         raise ComparisonError(f"{config_file}: {error.args[0]}") from None
-    metrics = metrics.sort_values("frames")
+    metrics_table = metrics_table.sort_values("frames")
     columns = {
         "frames": "frames",
         "success": SUCCESS,
@@ -270,8 +291,16 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
     }
     try:
         values = {
-            name: metrics[column].to_numpy(dtype=float) if column in metrics else None
+            name: metrics_table[column].to_numpy(dtype=float) if column in metrics_table else None
             for name, column in columns.items()
+        }
+    except (ValueError, TypeError) as error:
+        raise ComparisonError(
+            f"{metrics_file} holds a value that is not a number: {error}"
+        ) from None
+    try:
+        extra = {
+            key: metrics_table[key].to_numpy(dtype=float) for key in metrics if key in metrics_table
         }
     except (ValueError, TypeError) as error:
         raise ComparisonError(
@@ -296,6 +325,7 @@ def load_run(run_dir: str | Path, label_by: Sequence[str] = (DEFAULT_LABEL_KEY,)
         wall_seconds=float(np.nanmax(values["elapsed"]))
         if values["elapsed"] is not None and np.isfinite(values["elapsed"]).any()
         else math.nan,
+        metrics=extra,
     )
 
 
@@ -435,15 +465,43 @@ def group_bands(
     return bands
 
 
+def metric_bands(runs: Sequence[Run], grid: np.ndarray, key: str, window: int) -> dict[str, Band]:
+    """Per label whose runs all have training metric `key`: the band of their curves on `grid`,
+    each the metric's mean over the last `window` updates (trailing, one weight per update)."""
+    bands = {}
+    for label, members in group_runs(runs).items():
+        if all(key in run.metrics for run in members):
+            curves = [_metric_on_grid(run, key, grid, window) for run in members]
+            bands[label] = band_over_seeds(np.stack(curves))
+    return bands
+
+
+def _metric_on_grid(run: Run, key: str, grid: np.ndarray, window: int) -> np.ndarray:
+    values = run.metrics[key]
+    return interpolate(run.frames, smooth(values, np.ones_like(values), window), grid)
+
+
 def tidy_curves(
-    runs: Sequence[Run], grid: np.ndarray, window: int, min_episodes: int = 1
+    runs: Sequence[Run],
+    grid: np.ndarray,
+    window: int,
+    min_episodes: int = 1,
+    metrics: Sequence[str] = (),
 ) -> pd.DataFrame:
     """One row per run and grid frame it covers: label, seed, run, frames, smoothed success and
-    return (blank where no episode had ended yet)."""
+    return (blank where no episode had ended yet), then the training metrics of `metrics` that
+    some run has (blank for a run without it)."""
+    shown = [key for key in metrics if any(key in run.metrics for run in runs)]
     tables = []
     for run in runs:
         success, returns = _smoothed_on_grid(run, grid, window, min_episodes)
         covered = (grid >= run.frames[0]) & (grid <= run.frames[-1])
+        extra = {
+            key: _metric_on_grid(run, key, grid, window)[covered]
+            if key in run.metrics
+            else np.full(int(covered.sum()), np.nan)
+            for key in shown
+        }
         tables.append(
             pd.DataFrame(
                 {
@@ -453,6 +511,7 @@ def tidy_curves(
                     "frames": grid[covered].astype(int),
                     "success": success[covered],
                     "return": returns[covered],
+                    **extra,
                 }
             )
         )
@@ -529,6 +588,9 @@ class Outcome:
     """Training wall time of the seed's run (NaN for a baseline)."""
     figures: Mapping[str, float] = field(default_factory=dict)
     """The agent's own figures in the evaluation (`agent_figures`), e.g. queries per episode."""
+    invalid_share: float = math.nan
+    """Share of the evaluation's steps whose answer named no action (`invalid_action_rate`: a
+    writing policy's; 0 for an agent that scores its actions; NaN: the file has none)."""
     episodes_digest: str | None = None
     """A digest of the suite's episodes (seed, success, return and length of each, from the
     `episodes.jsonl` beside the results; None without one). Equal digests are replays of one
@@ -587,6 +649,7 @@ def read_evaluation(path: Path, suite: str) -> tuple[str, str, Outcome] | None:
             for key, value in figures.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         },
+        invalid_share=float(record.get("invalid_action_rate", math.nan)),
         episodes_digest=episodes_digest(path.parent / EPISODES_JSONL, suite),
     )
     return str(results.get("label", path.parent.name)), str(level), outcome
@@ -661,6 +724,12 @@ class FinalRow:
     def figure_keys(self) -> list[str]:
         """The agent figures any of the seeds' evaluations has, sorted."""
         return sorted({key for o in self.outcomes for key in o.figures})
+
+    @property
+    def invalid_share(self) -> float:
+        """Mean share of invalid answers over the seeds whose evaluation has one (NaN: none)."""
+        values = [o.invalid_share for o in self.outcomes if math.isfinite(o.invalid_share)]
+        return float(np.mean(values)) if values else math.nan
 
     def figure(self, key: str) -> float:
         """Mean of an agent figure over the seeds whose evaluation has it (NaN: none has)."""
@@ -778,10 +847,17 @@ def _figure_keys(finals: Sequence[FinalRow]) -> list[str]:
     return sorted({key for row in finals for key in row.figure_keys})
 
 
+def _shows_invalid(finals: Sequence[FinalRow]) -> bool:
+    """Some evaluation played invalid answers (a writing policy's): its share is shown."""
+    return any(o.invalid_share > 0 for row in finals for o in row.outcomes)
+
+
 def final_table(finals: Sequence[FinalRow]) -> pd.DataFrame:
     """One row per seed (file) of each final row: its success, episodes, return, training wall
-    time and agent figures (blank where it has none)."""
+    time, share of invalid answers (where some evaluation has invalid answers) and agent figures
+    (blank where it has none)."""
     keys = _figure_keys(finals)
+    invalid = _shows_invalid(finals)
     records = [
         {
             "label": row.label,
@@ -793,6 +869,7 @@ def final_table(finals: Sequence[FinalRow]) -> pd.DataFrame:
             "episodes": outcome.episodes,
             "mean_return": outcome.mean_return,
             "train_wall_seconds": outcome.wall_seconds,
+            **({"invalid_action_rate": outcome.invalid_share} if invalid else {}),
             **{key: outcome.figures.get(key, math.nan) for key in keys},
             "source_file": str(outcome.source_file),
         }
@@ -813,10 +890,13 @@ def comparison_markdown(
     suite: str,
     min_episodes: int = 1,
     figures: Sequence[str] = DEFAULT_FIGURES,
+    metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> str:
-    """The comparison as Markdown: how it was computed, the runs, thresholds, final success
-    with the training wall time and the agent figures `figures` beside it (those some row has),
-    then every agent figure the evaluations hold."""
+    """The comparison as Markdown: how it was computed, the runs, thresholds, the training
+    metrics `metrics` (those some run has) at the start and the end of training, final success
+    with the training wall time, the share of invalid answers (where some evaluation has one)
+    and the agent figures `figures` beside it (those some row has), then every agent figure the
+    evaluations hold."""
     lines = [
         f"# Comparison of {len(runs)} runs in {len(bands)} groups",
         "",
@@ -836,15 +916,16 @@ def comparison_markdown(
         "",
         "## Runs",
         "",
-        "| label | seed | run | level | updates | last frame | training wall time | label from |",
-        "|---|---|---|---|---|---|---|---|",
+        "| label | seed | run | level | updates | last frame | training wall time "
+        "| s per update | label from |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, members in group_runs(runs).items():
         for run in members:
             lines.append(
                 f"| {label} | {run.seed} | {run.path} | {run.level} | {len(run.frames)} "
                 f"| {_frames(run.frames[-1])} | {_minutes(run.wall_seconds)} "
-                f"| {run.label_source} |"
+                f"| {_num(run.seconds_per_update, 1)} | {run.label_source} |"
             )
     ends = []
     for label, (success, _) in bands.items():
@@ -876,8 +957,10 @@ def comparison_markdown(
             f"| {row.label} | {row.threshold:g} | {len(row.reached)} of {len(row.per_seed)} "
             f"| {_frames(row.median)} | {_frames(row.mean)} | {per_seed} |"
         )
+    lines += _metrics_markdown(runs, metrics, window)
     keys = _figure_keys(finals)
     beside = [key for key in figures if key in keys]
+    invalid = _shows_invalid(finals)
     lines += [
         "",
         "## Final success",
@@ -889,6 +972,12 @@ def comparison_markdown(
         "agent, once per seed) count once. "
         "Training wall time: the trainer's clock at the run's last update, mean over seeds."
         + (
+            " Invalid answers: the evaluation's share of steps whose written answer named no "
+            "action (played as in training), mean over seeds."
+            if invalid
+            else ""
+        )
+        + (
             f" {', '.join(f'`{key}`' for key in beside)}: the evaluation's own figure, mean "
             "over the seeds that have it."
             if beside
@@ -897,9 +986,10 @@ def comparison_markdown(
         "",
         "| label | source | level | seeds | success (mean) | 95% CI over seeds | "
         "pooled episodes [Wilson] | episodes | mean return | training wall time | "
+        + ("invalid answers | " if invalid else "")
         + "".join(f"{key} | " for key in beside)
         + "per seed |",
-        "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(beside),
+        "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (len(beside) + invalid),
     ]
     for row in finals:
         per_seed = ", ".join(
@@ -910,6 +1000,7 @@ def comparison_markdown(
             f"| {row.label} | {row.source} | {row.level} | {_seeds(row)} | {_num(row.mean)} "
             f"| {_interval(*row.seed_interval)} | {_interval(*row.pooled_interval)} "
             f"| {row.episodes} | {_num(row.mean_return)} | {_minutes(row.wall_seconds)} | "
+            + (f"{_num(row.invalid_share)} | " if invalid else "")
             + "".join(f"{_num(row.figure(key), 2)} | " for key in beside)
             + f"{per_seed} |"
         )
@@ -936,26 +1027,79 @@ def comparison_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _metrics_markdown(runs: Sequence[Run], metrics: Sequence[str], window: int) -> list[str]:
+    """The training metrics some run has: per group and metric, the mean over seeds of each
+    seed's mean over its first and its last `window` updates."""
+    shown = [key for key in metrics if any(key in run.metrics for run in runs)]
+    if not shown:
+        return []
+    lines = [
+        "",
+        "## Training metrics",
+        "",
+        f"Each seed's mean over its first and its last {window} update(s) (each update counting "
+        "once), then the mean over the group's seeds that logged the metric.",
+        "",
+        f"| label | metric | seeds | first {window} updates | last {window} updates "
+        "| per seed (first -> last) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in shown:
+        for label, members in group_runs(runs).items():
+            logged = [run for run in members if key in run.metrics]
+            if not logged:
+                continue
+            ends = [_ends(run.metrics[key], window) for run in logged]
+            per_seed = ", ".join(
+                f"{run.seed}: {_num(first)} -> {_num(last)}"
+                for run, (first, last) in zip(logged, ends, strict=True)
+            )
+            first = float(np.mean([e[0] for e in ends]))
+            last = float(np.mean([e[1] for e in ends]))
+            lines.append(
+                f"| {label} | {key} | {len(logged)} | {_num(first)} | {_num(last)} | {per_seed} |"
+            )
+    return lines
+
+
+def _ends(values: np.ndarray, window: int) -> tuple[float, float]:
+    """The mean of the first and of the last `window` finite values (NaN: none)."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return math.nan, math.nan
+    return float(finite[:window].mean()), float(finite[-window:].mean())
+
+
 def plot_comparison(
     path: Path,
     grid: np.ndarray,
     bands: Mapping[str, tuple[Band, Band]],
     baselines: Sequence[FinalRow],
     window: int,
+    metrics: Mapping[str, Mapping[str, Band]] | None = None,
 ) -> None:
-    """Success and return against frames: per group its mean and 95% band over seeds (with
-    few seeds the t-band is wide, so each seed's curve is drawn too, thin); each baseline a
-    horizontal line."""
+    """Success and return against frames, then one panel per training metric of `metrics`
+    (metric -> label -> band): per group its mean and 95% band over seeds (with few seeds the
+    t-band is wide, so each seed's curve is drawn too, thin); each baseline a horizontal line on
+    success and return."""
     # Imported here: pyplot takes about a second to load and only the plot needs it.
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
+    metrics = {key: by_label for key, by_label in (metrics or {}).items() if by_label}
+    panels = 2 + len(metrics)
+    figure, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.8), sharex=True, squeeze=False)
+    axes = axes[0]
     for k, (label, pair) in enumerate(bands.items()):
         color = f"C{k % 10}"
-        for axis, band, bounded in zip(axes, pair, (True, False), strict=True):
+        drawn = [*pair, *(by_label.get(label) for by_label in metrics.values())]
+        for axis, band, bounded in zip(
+            axes, drawn, (True, False, *[False] * len(metrics)), strict=True
+        ):
+            if band is None:
+                continue
             axis.plot(grid, band.mean, color=color, lw=2, label=f"{label} (n={band.seeds})")
             low, high = band.low, band.high
             if bounded:  # a success rate: draw the interval inside [0, 1]
@@ -981,6 +1125,14 @@ def plot_comparison(
         axes[1].set_ylim(low - margin, high + margin)
     axes[0].set_title(f"success rate (last {window} updates' episodes)")
     axes[1].set_title("episode return (BabyAI reward)")
+    for axis, key in zip(axes[2:], metrics, strict=True):
+        axis.set_title(f"{key} (last {window} updates)")
+        shown = [band.curves[np.isfinite(band.curves)] for band in metrics[key].values()]
+        values = np.concatenate(shown)
+        if values.size:  # fit the curves, not the t-bands (see the return axis)
+            low, high = float(values.min()), float(values.max())
+            margin = 0.05 * (high - low) or 0.05
+            axis.set_ylim(low - margin, high + margin)
     for axis in axes:
         axis.set_xlabel("frames (environment steps, all processes)")
         axis.grid(alpha=0.3)
@@ -1002,6 +1154,7 @@ def write_comparison(
     baselines: Sequence[FinalRow] = (),
     suite: str = "no_change",
     figures: Sequence[str] = DEFAULT_FIGURES,
+    metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> dict[str, Path]:
     """Compare `runs`; write `COMPARISON_FILES` into `out_dir` and return their paths by key.
 
@@ -1018,7 +1171,8 @@ def write_comparison(
     grid = frame_grid(runs, grid_points)
     bands = group_bands(runs, grid, window, min_episodes)
     finals = [*final_rows(runs, window, suite), *baselines]
-    tidy_curves(runs, grid, window, min_episodes).to_csv(paths["csv"], index=False)
+    metric_curves = {key: metric_bands(runs, grid, key, window) for key in metrics}
+    tidy_curves(runs, grid, window, min_episodes, metrics).to_csv(paths["csv"], index=False)
     final_table(finals).to_csv(paths["final"], index=False)
     paths["md"].write_text(
         comparison_markdown(
@@ -1031,7 +1185,8 @@ def write_comparison(
             min_episodes=min_episodes,
             suite=suite,
             figures=figures,
+            metrics=metrics,
         )
     )
-    plot_comparison(paths["png"], grid, bands, baselines, window)
+    plot_comparison(paths["png"], grid, bands, baselines, window, metric_curves)
     return paths

@@ -16,9 +16,11 @@ evaluation when the run folder holds one (`RUN/eval/<name>/results.json`, writte
 `python scripts/post_training_tests.py agent.kind=checkpoint agent.path=RUN
 eval.output_dir=RUN/eval/<name>`), else the last smoothed training success, marked as such.
 `--baselines` adds evaluation results (random, bot) as reference lines and rows. Beside final
-success: each group's training wall time (the trainer's clock) and the agent figures of
-`--figures` that the evaluations hold (by default a mediator's `ask/queries_per_episode`), then a
-table of every agent figure. docs/comparing_runs.md explains every figure.
+success: each group's training wall time (the trainer's clock), a writing policy's share of
+invalid answers held out, and the agent figures of `--figures` that the evaluations hold (by
+default a mediator's `ask/queries_per_episode`), then a table of every agent figure. The training
+metrics of `--metrics` (by default a writing policy's `answers/invalid_share`) get a panel of
+curves and their first and last values. docs/comparing_runs.md explains every figure.
 
 Writes comparison.csv (tidy: label, seed, run, frames, success, return on the common frame grid),
 final.csv (one row per seed of the final table, with wall time and agent figures), comparison.md
@@ -40,6 +42,7 @@ from glam.cli import exit_on
 from glam.compare import (
     DEFAULT_FIGURES,
     DEFAULT_LABEL_KEY,
+    DEFAULT_METRICS,
     ComparisonError,
     baseline_rows,
     load_run,
@@ -88,6 +91,14 @@ def main(argv: list[str]) -> int:
         help="agent figures of the evaluations (results.json agent_figures) shown beside "
         "success, where some run has them (default: ask/queries_per_episode)",
     )
+    parser.add_argument(
+        "--metrics",
+        nargs="*",
+        default=list(DEFAULT_METRICS),
+        metavar="KEY",
+        help="training metrics (metrics.csv columns) drawn and tabled beside success, where "
+        "some run has them (default: answers/invalid_share, a writing policy's)",
+    )
     args = parser.parse_args(argv)
     if args.smooth < 1 or args.grid_points < 2:
         parser.error("--smooth must be >= 1 and --grid-points >= 2")
@@ -97,7 +108,7 @@ def main(argv: list[str]) -> int:
         check_output_dir(
             args.out, COMPARISON, key="--out", overwrite=args.overwrite, overwrite_key="--overwrite"
         )
-        runs = [load_run(run_dir, args.label_by) for run_dir in args.run_dirs]
+        runs = [load_run(run_dir, args.label_by, args.metrics) for run_dir in args.run_dirs]
         baselines = baseline_rows(args.baselines, args.suite)
         paths = write_comparison(
             args.out,
@@ -109,6 +120,7 @@ def main(argv: list[str]) -> int:
             baselines=baselines,
             suite=args.suite,
             figures=args.figures,
+            metrics=args.metrics,
         )
     print(paths["md"].read_text())
     for kind, path in paths.items():

@@ -33,6 +33,7 @@ from glam.compare import (
     group_bands,
     interpolate,
     load_run,
+    metric_bands,
     preset_from_command,
     run_label,
     smooth,
@@ -627,3 +628,60 @@ def test_wall_time_and_agent_figures_beside_final_success(tmp_path: Path) -> Non
         if line.startswith("| label | source")
     )
     assert header.endswith("| training wall time | per seed |")
+
+
+def test_a_writing_policys_invalid_answers_beside_its_success(tmp_path: Path) -> None:
+    """The invalid share over training (a metrics.csv column) gets its curves, its first and
+    last values, and a column of the tidy CSV; a held-out invalid share sits beside success. A
+    scoring run has neither: blanks, and no section when no run has them."""
+    frames = [100, 200, 300, 400]
+    paths = []
+    for seed, shares in ((1, [0.9, 0.7, 0.3, 0.1]), (2, [0.8, 0.6, 0.2, 0.0])):
+        folder = make_run(tmp_path / f"w{seed}", frames, [0.0] * 4, seed=seed, label="written")
+        table = pd.read_csv(folder / "metrics.csv")
+        table["answers/invalid_share"] = shares
+        table.to_csv(folder / "metrics.csv", index=False)
+        path = write_results(folder / "eval" / "test", "ckpt", LEVEL, 0.2, 100)
+        results = json.loads(path.read_text())
+        results["suites"]["no_change"]["invalid_action_rate"] = 0.25 * seed
+        path.write_text(json.dumps(results))
+        paths.append(folder)
+    scored = make_run(tmp_path / "s", frames, [0.5, 0.6, 0.9, 1.0], label="scored")
+    write_results(scored / "eval" / "test", "ckpt", LEVEL, 0.9, 100)
+    paths.append(scored)
+
+    runs = [load_run(path) for path in paths]
+    assert runs[0].metrics["answers/invalid_share"].tolist() == [0.9, 0.7, 0.3, 0.1]
+    assert runs[2].metrics == {} and runs[2].seconds_per_update == 1.0
+    grid = np.array([100.0, 400.0])
+    band = metric_bands(runs, grid, "answers/invalid_share", window=2)
+    assert list(band) == ["written"]  # the scoring runs have no curve
+    np.testing.assert_allclose(band["written"].mean, [0.85, 0.15])  # (0.9+0.8)/2; (0.2+0.1)/2
+
+    out = tmp_path / "out"
+    done = _compare(*paths, "--out", out, "--smooth", "2")
+    assert done.returncode == 0, done.stderr
+    lines = (out / "comparison.md").read_text().splitlines()
+    assert (
+        "| written | answers/invalid_share | 2 | 0.750 | 0.150 | 1: 0.800 -> 0.200, 2: 0.700 -> 0.100 |"
+        in lines
+    )
+    assert not any(line.startswith("| scored | answers/") for line in lines)
+    header = next(line for line in lines if line.startswith("| label | source"))
+    assert "| training wall time | invalid answers | per seed |" in header
+    assert next(line for line in lines if line.startswith("| written | held-out")).endswith(
+        "| 0.375 | 1: 0.200, 2: 0.200 |"
+    )
+    assert next(line for line in lines if line.startswith("| scored | held-out")).endswith(
+        "| – | 1: 0.900 |"
+    )
+    final = pd.read_csv(out / "final.csv")
+    assert final.set_index("label")["invalid_action_rate"].dropna().tolist() == [0.25, 0.5]
+    tidy = pd.read_csv(out / "comparison.csv")
+    assert tidy[tidy.label == "scored"]["answers/invalid_share"].isna().all()
+    assert tidy[tidy.label == "written"]["answers/invalid_share"].notna().all()
+
+    done = _compare(scored, "--out", tmp_path / "out2")
+    text = (tmp_path / "out2" / "comparison.md").read_text()
+    assert "## Training metrics" not in text and "invalid answers" not in text
+    assert "answers/invalid_share" not in pd.read_csv(tmp_path / "out2" / "comparison.csv")
