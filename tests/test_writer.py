@@ -327,6 +327,23 @@ def test_the_harness_plays_a_writing_policy_in_its_prompt_format(
     assert all(invalid == length for _, length, invalid, _ in first)
     assert played and all(d.invalid and d.action is None for d in played)
     assert play() == first  # the episodes' own RNGs seed the writing
+    if prompt_format == "glam":  # the report says how many answers named no action
+        from glam.eval.config import EvalConfig, PostTrainingTestsConfig
+        from glam.eval.harness import evaluate
+
+        eval_cfg = EvalConfig(
+            level="BabyAI-GoToRedBallNoDists-v0",
+            action_space="nav",
+            suites=["no_change"],
+            episodes=2,
+            num_envs=2,
+            max_steps=3,
+            output_dir=str(tmp_path / "eval"),
+            progress_bar=False,
+        )
+        agent_cfg = AgentConfig(kind="checkpoint", path=str(folder), device="cpu")
+        _, paths = evaluate(PostTrainingTestsConfig(agent=agent_cfg, eval=eval_cfg))
+        assert "no_change: 100.0% of the written answers named no action" in paths["md"].read_text()
 
 
 @pytest.mark.parametrize("agent_type", ["naive", "cot"])

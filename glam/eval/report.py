@@ -224,6 +224,17 @@ def _results_markdown(results: Mapping[str, Any]) -> str:
                 f"{name}: {100 * record['invalid_action_rate']:.1f}% of the answers were not an "
                 "action (replaced by go forward)."
             )
+    else:  # a policy that writes its action, played as in its training
+        invalid = {
+            n: r["invalid_action_rate"] for n, r in ran.items() if r.get("invalid_action_rate")
+        }
+        if invalid:
+            lines.append("")
+        for name, rate in invalid.items():
+            lines.append(
+                f"{name}: {100 * rate:.1f}% of the written answers named no action (played as in "
+                "the policy's training: `generate.invalid_action`)."
+            )
     lines += _figures_markdown(ran)
     lines += ["", "## Per task type", ""]
     lines += ["| suite | task type | success [95% CI] | mean length | episodes |"]
