@@ -592,9 +592,11 @@ class Outcome:
     """Share of the evaluation's steps whose answer named no action (`invalid_action_rate`: a
     writing policy's; 0 for an agent that scores its actions; NaN: the file has none)."""
     episodes_digest: str | None = None
-    """A digest of the suite's episodes (seed, success, return and length of each, from the
-    `episodes.jsonl` beside the results; None without one). Equal digests are replays of one
-    evaluation, e.g. a deterministic rule evaluated once per training seed: counted once."""
+    """A digest of the suite's episodes (seed, success, return, length and the actions played
+    of each, from the `episodes.jsonl` beside the results; None without one). Equal digests are
+    replays of one evaluation, e.g. a deterministic rule evaluated once per training seed:
+    counted once. (Files written before the actions were recorded digest without them: two
+    agents that fail every episode at the step limit look alike there.)"""
 
 
 def episodes_digest(path: Path, suite: str) -> str | None:
@@ -612,7 +614,10 @@ def episodes_digest(path: Path, suite: str) -> str | None:
             return None
         if record.get("suite") == suite:
             rows.append(
-                [record.get(key) for key in ("seed", "success", "episode_return", "length")]
+                [
+                    record.get(key)
+                    for key in ("seed", "success", "episode_return", "length", "actions")
+                ]
             )
     if not rows:
         return None

@@ -338,8 +338,11 @@ def test_baselines_from_evaluation_results(tmp_path: Path) -> None:
         baseline_rows([tmp_path / "bot"], suite="french")
 
 
-def _write_episodes(folder: Path, successes: Sequence[bool], suite: str = "no_change") -> None:
-    """An episodes.jsonl as the harness writes it beside results.json."""
+def _write_episodes(
+    folder: Path, successes: Sequence[bool], suite: str = "no_change", actions: str | None = None
+) -> None:
+    """An episodes.jsonl as the harness writes it beside results.json (with each episode's
+    actions when given, as the harness writes them since it records them)."""
     lines = [
         json.dumps(
             {
@@ -348,6 +351,7 @@ def _write_episodes(folder: Path, successes: Sequence[bool], suite: str = "no_ch
                 "success": won,
                 "length": 5 + i,
                 "episode_return": 0.9 if won else 0.0,
+                **({"actions": actions} if actions is not None else {}),
             }
         )
         for i, won in enumerate(successes)
@@ -372,6 +376,17 @@ def test_replays_of_one_deterministic_evaluation_count_once(tmp_path: Path) -> N
     (row,) = baseline_rows([tmp_path / "rule"])
     assert (len(row.distinct), row.episodes) == (2, 200)
     assert _seeds(row) == "4 (2 distinct: the rest replay its episodes)"  # the table's column
+
+
+def test_agents_that_fail_alike_but_act_differently_are_not_replays(tmp_path: Path) -> None:
+    """Two policies that time out in every episode have the same seeds, successes, returns and
+    lengths; the actions they played tell them apart, and a replay still plays the same."""
+    never = [False] * 100
+    for seed, actions in ((1, "0 2 2 -"), (2, "1 1 0 2"), (3, "0 2 2 -")):
+        write_results(tmp_path / "w" / f"seed-{seed}", "w", LEVEL, 0.0, 100)
+        _write_episodes(tmp_path / "w" / f"seed-{seed}", never, actions=actions)
+    (row,) = baseline_rows([tmp_path / "w"])
+    assert (len(row.outcomes), len(row.distinct), row.episodes) == (3, 2, 200)
 
 
 def test_metrics_written_by_the_trainers_logger_are_read(tmp_path: Path) -> None:

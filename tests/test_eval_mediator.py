@@ -151,7 +151,9 @@ def test_other_agents_results_keep_their_shape(tmp_path: Path) -> None:
         "episode_return",
         "length",
         "invalid_actions",
+        "actions",
     }
+    assert all(len(e["actions"].split()) == e["length"] for e in episodes)
     header = (tmp_path / "results.csv").read_text().splitlines()[0]
     assert "ask/" not in header and header.endswith("invalid_action_rate,status,reason")
     assert "own figures" not in (tmp_path / "results.md").read_text()

@@ -12,7 +12,7 @@ play stop being stepped: no extra episode is started, none is counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class _Slot:
     episode_return: float = 0.0
     length: int = 0
     invalid_actions: int = 0
+    actions: list[str] = field(default_factory=list)
+    """The actions played so far (`EpisodeResult.actions`)."""
 
 
 @dataclass
@@ -207,6 +209,7 @@ def run_suite(
             slot.episode_return += float(reward)
             slot.length += 1
             slot.invalid_actions += decision.invalid
+            slot.actions.append("-" if decision.action is None else str(decision.action))
             _record(slot.history, decision, action_words)
             if terminated or truncated:
                 result = EpisodeResult(
@@ -217,6 +220,7 @@ def run_suite(
                     episode_return=slot.episode_return,
                     length=slot.length,
                     invalid_actions=slot.invalid_actions,
+                    actions=" ".join(slot.actions),
                     figures=agent.episode_figures(envs[i]),
                 )
                 run.episodes.append(result)

@@ -104,6 +104,10 @@ class EpisodeResult:
     """Number of steps taken."""
     invalid_actions: int = 0
     """Answers that were not an action and were replaced (generation protocol only)."""
+    actions: str = ""
+    """The actions played, in order: indices into the suite's action words joined by spaces,
+    `-` for the no-op. Two evaluations with the same actions on the same seeds are one
+    evaluation played twice (`glam.compare.episodes_digest`)."""
     figures: dict[str, float] = field(default_factory=dict)
     """The agent's own figures of the episode (`Agent.episode_figures`: a mediator's queries,
     `ask/*`); empty for most agents."""
