@@ -592,8 +592,8 @@ class Outcome:
     """Share of the evaluation's steps whose answer named no action (`invalid_action_rate`: a
     writing policy's; 0 for an agent that scores its actions; NaN: the file has none)."""
     episodes_digest: str | None = None
-    """A digest of the suite's episodes (seed, success, return, length and the actions played
-    of each, from the `episodes.jsonl` beside the results; None without one). Equal digests are
+    """A digest of the suite's episodes (seed, success, return, length, invalid answers and the
+    actions played of each, from the `episodes.jsonl` beside the results; None without one). Equal digests are
     replays of one evaluation, e.g. a deterministic rule evaluated once per training seed:
     counted once. (Files written before the actions were recorded digest without them: two
     agents that fail every episode at the step limit look alike there.)"""
@@ -616,7 +616,14 @@ def episodes_digest(path: Path, suite: str) -> str | None:
             rows.append(
                 [
                     record.get(key)
-                    for key in ("seed", "success", "episode_return", "length", "actions")
+                    for key in (
+                        "seed",
+                        "success",
+                        "episode_return",
+                        "length",
+                        "invalid_actions",
+                        "actions",
+                    )
                 ]
             )
     if not rows:
