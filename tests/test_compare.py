@@ -387,6 +387,16 @@ def test_agents_that_fail_alike_but_act_differently_are_not_replays(tmp_path: Pa
         _write_episodes(tmp_path / "w" / f"seed-{seed}", never, actions=actions)
     (row,) = baseline_rows([tmp_path / "w"])
     assert (len(row.outcomes), len(row.distinct), row.episodes) == (3, 2, 200)
+    # Files from before the actions were recorded: a writer's invalid answers still tell.
+    for seed, invalid in ((1, 40), (2, 12)):
+        folder = tmp_path / "old" / f"seed-{seed}"
+        write_results(folder, "old", LEVEL, 0.0, 100)
+        _write_episodes(folder, never)
+        lines = [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+        rows = [json.dumps({**line, "invalid_actions": invalid}) for line in lines]
+        (folder / "episodes.jsonl").write_text("\n".join(rows) + "\n")
+    (row,) = baseline_rows([tmp_path / "old"])
+    assert len(row.distinct) == 2
 
 
 def test_metrics_written_by_the_trainers_logger_are_read(tmp_path: Path) -> None:
