@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +69,7 @@ def probe(layout: str | None, tmp: str) -> tuple[dict, dict | None, Path]:
     modes = ("update",) if layout == "multi_cpu" else ("update", "resume")
     world = 1 if layout is None else 2
     run_dir, reports = Path(tmp) / (layout or "single"), [None, None]
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier test's failed probe starts afresh
     for index, mode in enumerate(modes):
         out = Path(tmp) / f"{layout or 'single'}-{mode}.json"
         extra = [] if layout is None else ["--num_processes", "2"]
