@@ -27,7 +27,9 @@ suite's level, the suite has no word for one of them, the level never teaches wh
 composes, the agent reads the grid and the suite changes only words) plays nothing: its row says
 "not applicable" and why, and no chart or mean counts it. A folder that already holds results is
 refused unless `eval.overwrite=true`; one that is a file, cannot be written or holds another
-kind of output (a training run, a dataset) is refused always, before anything loads. Options:
+kind of output (a training run, a dataset) is refused always, before anything loads. Each
+finished episode is kept on disk as it ends: an evaluation stopped before its end continues with
+`eval.resume=true` (docs/evaluation.md). Options:
 configs/eval/post_training_tests.yaml and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
 value), 2 the evaluation cannot start (missing or damaged checkpoint, unknown suite or level,
 an `eval.output_dir` it may not write, a model endpoint that cannot be reached).

@@ -27,7 +27,9 @@ The model answers in this process (`eval.client.backend=local`) or from any Open
 server (`openai`, `eval.client.base_url`). Results as scripts/post_training_tests.py writes
 them (results.json, .csv, .md, .png, episodes.jsonl), with BALROG's form beside ours: progression
 per task type with its standard error, and success with its 95% Wilson interval. A folder that
-already holds results is refused unless `eval.overwrite=true`. Exit status: 0 done, 1 bad
+already holds results is refused unless `eval.overwrite=true`; a run stopped before its end (a
+kill, a pre-emption: hours on a CPU) keeps its finished episodes and continues with
+`eval.resume=true` and the same `eval.output_dir` (docs/evaluation.md). Exit status: 0 done, 1 bad
 config, 2 the evaluation cannot start or its model endpoint fails (unreachable, refusing).
 """
 

@@ -28,6 +28,7 @@ import yaml
 import glam.campaign as glam_campaign
 from glam.campaign import local as glam_local
 from glam.eval.config import RESULT_FILES
+from glam.eval.journal import JOURNAL
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "launch_campaign.py"
@@ -124,7 +125,7 @@ def test_local_dry_run_prints_commands_and_what_each_job_needs(
         tmp_path / "c.yaml",
         {
             **TINY,
-            "seeds": [1, 2, 3, 4],
+            "seeds": [1, 2, 3, 4, 5],
             "overrides": {"train.total_frames": 64},
             "evaluation": {"levels": ["BabyAI-GoToRedBallNoDists-v0"], "episodes": 4},
             "local": {"processes": 2, "env": {"HF_HUB_OFFLINE": "1"}},
@@ -134,17 +135,22 @@ def test_local_dry_run_prints_commands_and_what_each_job_needs(
     fake_checkpoint(root / "c" / "seed-1", update=1, frames=64)  # finished
     fake_checkpoint(root / "c" / "seed-2", update=1, frames=64)  # finished
     fake_checkpoint(root / "c" / "seed-3", update=1, frames=32)  # interrupted
-    evaluations = [root / "c" / f"seed-{seed}/eval/BabyAI-GoToRedBallNoDists-v0" for seed in (1, 2)]
+    fake_checkpoint(root / "c" / "seed-5", update=1, frames=64)  # finished
+    evaluations = [
+        root / "c" / f"seed-{seed}/eval/BabyAI-GoToRedBallNoDists-v0" for seed in (1, 2, 5)
+    ]
     for folder in evaluations:
         folder.mkdir(parents=True)
     for name in RESULT_FILES:
         (evaluations[0] / name).write_text("{}")
     (evaluations[1] / "results.json").write_text("{}")  # an evaluation killed while writing
+    episode = json.dumps({"kind": "episode", "suite": "no_change"})  # killed while playing
+    (evaluations[2] / JOURNAL).write_text(f'{{"kind": "start"}}\n{episode}\n{episode}\n')
 
     assert glam_campaign.launch(path, output_root=root, dry_run=True, local_jobs=2) == 0
     out = capsys.readouterr().out
     # 8 cores / (2 jobs x 2 processes): 2 threads per training process, 4 for an evaluation.
-    assert "8 job(s), 2 at a time, 2 process(es) per run, 2 torch thread(s) per process" in out
+    assert "10 job(s), 2 at a time, 2 process(es) per run, 2 torch thread(s) per process" in out
     headers = [line for line in out.splitlines() if line.startswith("### ")]
     assert headers == [
         "### seed-1 train: skip: 64/64 frames",
@@ -156,6 +162,9 @@ def test_local_dry_run_prints_commands_and_what_each_job_needs(
         "### seed-3 eval BabyAI-GoToRedBallNoDists-v0: start after seed-3 train",
         "### seed-4 train: fresh start: no checkpoint yet",
         "### seed-4 eval BabyAI-GoToRedBallNoDists-v0: start after seed-4 train",
+        "### seed-5 train: skip: 64/64 frames",
+        "### seed-5 eval BabyAI-GoToRedBallNoDists-v0: resume from its journal (2 episodes "
+        "finished)",
     ]
     commands = [line[2:] for line in out.splitlines() if line.startswith("$ ")]
     assert commands[6] == (
@@ -172,7 +181,9 @@ def test_local_dry_run_prints_commands_and_what_each_job_needs(
     assert "  env: PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 " in out
     assert "HF_HUB_OFFLINE=1" in out
     assert f"  log: {root}/c/local/seed-4.train.log" in out
-    assert "dry run: 8 job(s) checked, 5 to run, 3 already finished" in out
+    assert commands[3].endswith(" eval.overwrite=true")  # seed-2's evaluation, again
+    assert commands[9].endswith(" eval.torch_threads=4 eval.resume=true")  # seed-5's, continued
+    assert "dry run: 10 job(s) checked, 6 to run, 4 already finished" in out
     assert not (root / "c" / "local").exists()
 
 
@@ -332,3 +343,16 @@ def test_killed_and_stopped_runs_resume_and_failures_are_reported(tmp_path: Path
     # One row per update over the three sessions: nothing lost, nothing logged twice.
     assert [int(row["update"]) for row in metrics] == list(range(1, 6))
     assert [int(row["frames"]) for row in metrics] == [64 * update for update in range(1, 6)]
+
+
+def test_the_launcher_loads_without_torch() -> None:
+    """The launcher only reads folders and starts processes: importing torch would add seconds
+    to every launch (and to the refusal of a second launcher), before any job starts."""
+    code = (
+        "import sys; import glam.campaign, glam.campaign.local, glam.eval.journal; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]", result.stderr

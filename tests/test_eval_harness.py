@@ -384,3 +384,20 @@ def test_aggregate_mean_spread_and_change(tmp_path) -> None:
     # Two levels are never averaged together.
     mixed = aggregate([*results, _fake("glam", "BabyAI-MixedTestLocal-v0", {"no_change": 0.1})])
     assert {r.label for r in mixed} >= {"glam (MixedTrainLocal-v0)", "glam (MixedTestLocal-v0)"}
+
+
+def test_a_log_file_gets_a_line_while_envs_play(tmp_path, monkeypatch, capsys) -> None:
+    """Without a terminal (nohup, SLURM), progress shows at episode ends and, between them, at
+    least every HEARTBEAT_S seconds (here every step)."""
+    monkeypatch.setattr("glam.eval.harness.HEARTBEAT_S", 0.0)
+    cfg = PostTrainingTestsConfig(
+        agent=AgentConfig(kind="random"),
+        eval=EvalConfig(episodes=4, num_envs=2, max_steps=3, output_dir=str(tmp_path)),
+    )
+    evaluate(cfg)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[eval]")]
+    assert lines[0].startswith(
+        "[eval] 0/4 episodes, 1 steps played by this run (2 envs in the last)"
+    )
+    assert any(line.startswith("[eval] 4/4 episodes (no_change)") for line in lines)
+    assert sum("steps played" in line for line in lines) >= 6  # at least 2 x 3 steps

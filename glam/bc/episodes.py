@@ -35,7 +35,7 @@ def greedy_success_rate(
     normalization: str = "sum",
     num_envs: int = 8,
     label: str = "model",
-    on_episode_end: Callable[[object], None] | None = None,
+    on_episode_end: Callable[..., None] | None = None,
 ) -> dict[str, float]:
     """Play `episodes` episodes (seeds `seed_base + k`) taking the highest-scored action.
 

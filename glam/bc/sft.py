@@ -430,7 +430,7 @@ def _success_rate(
             prompt_format=str(collected_with.get("prompt_format", "glam")),
             normalization=bc.normalization,
             num_envs=bc.score_batch_size,
-            on_episode_end=lambda _: bar.advance(task),
+            on_episode_end=lambda *_: bar.advance(task),
         )
     keys = ("success_rate", "ci_low", "ci_high", "mean_return", "mean_length")
     return {f"{'success_' if key.startswith('ci') else ''}{key}": summary[key] for key in keys}

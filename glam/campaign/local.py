@@ -13,8 +13,9 @@ repository root, the command line its SLURM batch script would run: `python SCRI
   (CUDA_VISIBLE_DEVICES); one-process jobs share them when there are more jobs than devices.
 - **Skip, resume**: a training job whose newest checkpoint reached `train.total_frames` is skipped;
   one with an older checkpoint resumes from it (the trainer rewinds metrics.csv to it). An
-  evaluation whose folder holds every result file is skipped; one left half-written is run
-  again with `eval.overwrite=true`. Evaluations start once their training job has finished.
+  evaluation whose folder holds every result file is skipped; one stopped before its end (its
+  journal, `glam.eval.journal`) continues with `eval.resume=true`, keeping its finished episodes;
+  one left half-written otherwise is run again with `eval.overwrite=true`. Evaluations start once their training job has finished.
 - **State**: `OUTPUT_ROOT/CAMPAIGN/local/jobs.tsv` holds one row per job (status, exit code,
   seconds, pid, progress, log), rewritten at every change; `STATUSES` lists the statuses.
 - **Stopping**: SIGINT (Ctrl-C) or SIGTERM of the launcher sends SIGTERM to every running job
@@ -44,6 +45,7 @@ from typing import Any
 from glam.campaign.config import REPO_ROOT, CampaignConfig, CampaignError, LocalConfig
 from glam.campaign.jobs import Job
 from glam.eval.config import RESULT_FILES
+from glam.eval.journal import Journal
 from glam.runs.folder import CHECKPOINTS_DIR, LATEST_POINTER
 
 __all__ = [
@@ -272,12 +274,23 @@ def assess(job: LocalJob) -> tuple[str, str]:
         return training_progress(Path(job.config.train.output_dir), job.config.train.total_frames)
     output_dir = Path(job.config.eval.output_dir)
     present = [name for name in RESULT_FILES if (output_dir / name).exists()]
+    unfinished = Journal.found(output_dir)
+    if unfinished is not None:  # stopped before its end (a finished one removes its journal)
+        return "resume", f"its journal ({unfinished} episodes finished)"
     if len(present) == len(RESULT_FILES):
         return "skip", f"results in {output_dir}"
     if present:
         missing = ", ".join(name for name in RESULT_FILES if name not in present)
         return "redo", f"results incomplete (no {missing})"
     return "start", "no results yet"
+
+
+def action_arguments(job: LocalJob, action: str) -> list[str]:
+    """What an evaluation's command adds for `assess`'s decision: `eval.overwrite=true` to redo
+    it, `eval.resume=true` to continue it (training always runs with `train.resume=true`)."""
+    if job.kind == "train":
+        return []
+    return {"redo": ["eval.overwrite=true"], "resume": ["eval.resume=true"]}.get(action, [])
 
 
 def training_progress(run_dir: Path, total_frames: int) -> tuple[str, str]:
@@ -412,8 +425,7 @@ class LocalRunner:
         devices = self.settings.device_groups[slot]
         port = _free_port() if job.kind == "train" and self.settings.processes > 1 else None
         command = job_command(job.job, self.campaign.local, cuda=self.cuda, port=port)
-        if action == "redo":
-            command.append("eval.overwrite=true")
+        command += action_arguments(job, action)
         threads = self.settings.torch_threads
         if job.kind != "train":
             threads *= self.settings.processes
@@ -619,6 +631,7 @@ def _print_dry_run(campaign: CampaignConfig, jobs: list[LocalJob], settings: Loc
             what = describe(action, detail)
         port = "<free port>" if settings.processes > 1 else None
         command = job_command(job.job, campaign.local, cuda=cuda, port=port)
+        command += action_arguments(job, action)
         threads = settings.torch_threads * (1 if job.kind == "train" else settings.processes)
         # Devices depend on the slot a job gets: the header line lists them.
         environment = job_environment(campaign.local, threads, [])

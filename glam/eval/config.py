@@ -220,11 +220,14 @@ class EvalConfig:
     overwrite: bool = False
     """Replace the results of an earlier evaluation in `output_dir`; false refuses to start
     when the folder already holds results."""
+    resume: bool = False
+    """Continue the evaluation in `output_dir` that stopped before its end: keep the episodes
+    its journal holds (`glam.eval.journal`), play the others, write the results of all."""
     label: str = ""
     """Name of this agent in tables; empty: derived from the agent (kind and path/model)."""
     progress_bar: bool = True
-    """Show the progress: a rich bar on a terminal, a line every tenth of the episodes in a log
-    file (SLURM, nohup); false shows neither."""
+    """Show the progress: a rich bar on a terminal; in a log file (SLURM, nohup), a line every
+    tenth of the episodes and at least every 5 minutes while envs play; false shows neither."""
     torch_threads: int = 0
     """torch.set_num_threads; 0 keeps torch's default."""
 
@@ -247,6 +250,11 @@ class EvalConfig:
             raise ValueError(f"eval.distractors must be >= 0, got {self.distractors}")
         if not self.output_dir:
             raise ValueError("eval.output_dir is empty")
+        if self.resume and self.overwrite:
+            raise ValueError(
+                "eval.resume=true continues the evaluation in eval.output_dir and "
+                "eval.overwrite=true starts it again: choose one"
+            )
 
     @property
     def seed_base(self) -> int:

@@ -7,6 +7,9 @@ Episode k (k = 0 .. N-1) is reset with seed `seed_base + k`, whichever env slot 
 its sampling RNG is seeded from that seed too; so an episode's outcome depends only on its seed
 and the agent, not on `num_envs` or on which slot freed up first. Slots with no episode left to
 play stop being stepped: no extra episode is started, none is counted twice.
+
+A suite can continue an earlier, interrupted run of it (`SuiteProgress`, from
+`glam.eval.journal`): its finished episodes are kept and their seeds not played again.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import babyai_text
 from glam.eval.agents import ActRequest, Agent, Decision, History
 from glam.eval.generation import BalrogDialogue
+from glam.eval.journal import SuiteProgress
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import TASK_FAMILIES, Suite, SuitePlan, plan_suite
 from glam.llm.chat import Message, render_transcript
@@ -50,24 +54,19 @@ class _Slot:
     new_episode: bool = True
     episode_return: float = 0.0
     length: int = 0
+    rewritten: int = 0
+    """Prompts of the episode that the suite's rewrite changed."""
     invalid_actions: int = 0
     actions: list[str] = field(default_factory=list)
     """The actions played so far (`EpisodeResult.actions`)."""
 
 
 @dataclass
-class SuiteRun:
+class SuiteRun(SuiteProgress):
     """Episodes of one suite, what it played, and how often the rewrite changed the prompt."""
 
-    plan: SuitePlan
+    plan: SuitePlan = field(kw_only=True)
     """Level, action words, language and prompt format played; or why the suite was not."""
-    episodes: list[EpisodeResult]
-    prompts_seen: int = 0
-    """Prompts built (one per step)."""
-    prompts_rewritten: int = 0
-    """Prompts the suite's rewrite changed."""
-    example_prompt: str = ""
-    """The first prompt the agent read, after the rewrite."""
 
     @property
     def suite(self) -> Suite:
@@ -116,7 +115,9 @@ def run_suite(
     max_steps: int | None = None,
     per_task_type: int | None = None,
     distractors: int | None = None,
-    on_episode_end: Callable[[EpisodeResult], None] | None = None,
+    earlier: SuiteProgress | None = None,
+    on_episode_end: Callable[[EpisodeResult, SuiteRun], None] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> SuiteRun:
     """Play `episodes` episodes of `suite` with `agent` and return them in seed order.
 
@@ -139,10 +140,19 @@ def run_suite(
             task type: the first seeds from `seed_base` on that draw it (`stratified_seeds`).
         distractors: objects in the room besides those the task needs (GLAM levels only,
             `babyai_text.levels.GlamLevel`); None keeps the level's own.
-        on_episode_end: called with each finished episode (progress bars).
+        earlier: what an interrupted run of this suite finished (`glam.eval.journal`): kept,
+            its seeds not played again.
+        on_episode_end: called with each finished episode and the run so far, its counters
+            updated (progress bars, the journal).
+        on_step: called after each step of the envs, with the number of envs it stepped.
     """
     plan = plan_for(agent, suite, level=level, action_space=action_space, seed_base=seed_base)
-    run = SuiteRun(plan=plan, episodes=[])
+    run = SuiteRun(plan=plan)
+    if earlier is not None:
+        run.episodes = list(earlier.episodes)
+        run.prompts_seen = earlier.prompts_seen
+        run.prompts_rewritten = earlier.prompts_rewritten
+        run.example_prompt = earlier.example_prompt
     if not plan.applies:
         return run
     make_kwargs: dict[str, Any] = plan.make_kwargs()
@@ -154,7 +164,12 @@ def run_suite(
         seeds = stratified_seeds(plan.level, per_task_type, seed_base, **make_kwargs)
     else:
         seeds = [seed_base + k for k in range(episodes)]
+    finished = {episode.seed for episode in run.episodes}
+    seeds = [seed for seed in seeds if seed not in finished]
     episodes = len(seeds)
+    if not episodes:  # an interrupted run that had finished them all
+        run.episodes.sort(key=lambda result: result.seed)
+        return run
     text_envs = [
         babyai_text.make(plan.level, **make_kwargs) for _ in range(min(num_envs, episodes))
     ]
@@ -185,8 +200,7 @@ def run_suite(
         prompts, dialogues = [], []
         for i in active:
             original, prompt, messages = _render(slots[i], action_words, plan.language, suite)
-            run.prompts_seen += 1
-            run.prompts_rewritten += prompt != original
+            slots[i].rewritten += prompt != original
             prompts.append(prompt)
             dialogues.append(messages)
         if not run.example_prompt:
@@ -224,11 +238,15 @@ def run_suite(
                     figures=agent.episode_figures(envs[i]),
                 )
                 run.episodes.append(result)
+                run.prompts_seen += slot.length  # one prompt a step
+                run.prompts_rewritten += slot.rewritten
                 if on_episode_end is not None:
-                    on_episode_end(result)
+                    on_episode_end(result, run)
                 slots[i] = start(i)
             else:
                 slot.history.add_observation(info["descriptions"])
+        if on_step is not None:
+            on_step(len(active))
     run.episodes.sort(key=lambda result: result.seed)
     return run
 
