@@ -27,6 +27,7 @@ import torch
 from glam.config import compose_config
 from glam.envs import EnvRunner
 from glam.ppo.buffer import Transitions
+from glam.ppo.entry import exit_training
 from glam.ppo.launch import build_accelerator
 from glam.ppo.trainer import _global_mean_std, build_training, ppo_update
 
@@ -143,3 +144,6 @@ def main(mode: str, run_dir: Path, out: Path, expected_world: int) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+    # As the training scripts end (the report is written): a rank that exited through the
+    # interpreter's finalization could abort there, DeepSpeed keeping gloo's threads alive.
+    exit_training(0)
