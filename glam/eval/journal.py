@@ -18,8 +18,8 @@ Lines, one JSON object each:
 
 A last line cut short by a kill is dropped with a warning; any other unreadable line stops the
 resume with a message. The settings that do not change what an episode plays may differ between
-processes (`RESUMABLE`: where the results go, the progress bar, threads, envs stepped together,
-the device); any other difference refuses the resume, naming it.
+processes (`RESUMABLE`: where the results go, the label, the progress bar, threads, envs
+stepped together, the device); any other difference refuses the resume, naming it.
 
 An episode's outcome depends on its seed and the agent only (`glam.eval.episodes`), so a
 scoring agent resumed plays the episodes an uninterrupted run would have (up to the float
@@ -56,7 +56,15 @@ JOURNAL = "episodes.partial.jsonl"
 """The journal's file name in `eval.output_dir`."""
 
 RESUMABLE = {
-    "eval": ("output_dir", "overwrite", "resume", "progress_bar", "torch_threads", "num_envs"),
+    "eval": (
+        "output_dir",
+        "overwrite",
+        "resume",
+        "progress_bar",
+        "torch_threads",
+        "num_envs",
+        "label",
+    ),
     "agent": ("device", "batch_size"),
 }
 """Settings a resumed evaluation may change: none changes what an episode plays."""
