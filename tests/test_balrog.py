@@ -32,6 +32,7 @@ from helpers_tiny import one_torch_thread, save_tiny_model, tiny_causal_lm  # no
 import babyai_text
 from glam.config import CONFIG_DIR, compose_config
 from glam.eval.agents import ActRequest
+from glam.eval.builders import build_agent
 from glam.eval.config import AgentConfig, EvalConfig, GenerationConfig, PostTrainingTestsConfig
 from glam.eval.episodes import run_suite
 from glam.eval.generation import BALROG_SETTINGS, BalrogDialogue, GenerationAgent
@@ -740,3 +741,35 @@ def test_server_answers_400_to_a_seed_torch_cannot_take_and_to_a_negative_length
             while chunk := connection.recv(65536):  # the server closes after an error
                 reply += chunk
     assert reply.startswith(b"HTTP/1.1 400") and b"Content-Length is negative (-5)" in reply
+
+
+class ProseClient(ChatClient):
+    """A model that never names an action."""
+
+    model_id = "prose"
+
+    def complete(self, conversations, seeds=None, slots=None) -> list[Completion]:
+        return [
+            Completion("I would like to look around first.", "stop", 0, 0) for _ in conversations
+        ]
+
+
+def test_a_model_that_never_names_an_action_plays_the_constant_agents_episodes() -> None:
+    """BALROG plays `go forward` for an invalid answer: such a model's results are those of
+    `agent.kind=constant` (the control its scores are read against), episode for episode."""
+    settings = {"level": LEVEL, "episodes": 0, "num_envs": 5, "seed_base": 10**9}
+    runs = {}
+    for name, agent in (
+        ("prose", GenerationAgent("prose", ProseClient())),
+        ("constant", build_agent(AgentConfig(kind="constant"), greedy=True)),
+    ):
+        runs[name] = run_suite(
+            agent, SUITES["no_change"], nbr_obs=3, per_task_type=2, distractors=0, **settings
+        ).episodes
+    prose, constant = runs["prose"], runs["constant"]
+    assert len(constant) == 10 and all(e.invalid_actions == e.length for e in prose)
+    strip = lambda e: replace(e, invalid_actions=0)  # noqa: E731
+    assert [strip(e) for e in prose] == constant
+    assert {e.actions for e in constant} == {" ".join(["2"] * e.length) for e in constant}
+    with pytest.raises(ValueError, match="agent.action=.jump. is not one of"):
+        AgentConfig(kind="constant", action="jump")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from babyai_text.actions import get_action_space
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.eval.stats import EpisodeResult
 from glam.llm.chat import Message
@@ -30,6 +31,7 @@ __all__ = [
     "ActRequest",
     "Agent",
     "BotAgent",
+    "ConstantAgent",
     "Decision",
     "FormattedHistory",
     "History",
@@ -179,6 +181,27 @@ class RandomAgent(Agent):
     def act(self, request: ActRequest) -> list[Decision]:
         n_actions = len(request.action_words)
         return [Decision(int(rng.integers(n_actions))) for rng in request.rngs]
+
+
+class ConstantAgent(Agent):
+    """The same action every step (`go forward`: what BALROG's protocol plays for an answer that
+    names no action; a model that never names one plays exactly this agent's episodes)."""
+
+    prompt_format = "none"
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.name = f"constant:{word}"
+        self.minigrid_action = get_action_space("default").to_minigrid(word)
+
+    def act(self, request: ActRequest) -> list[Decision]:
+        actions = request.envs[0].action_space_def.minigrid_actions
+        if self.minigrid_action not in actions:
+            raise ValueError(
+                f"agent.action={self.word!r}: the suite's actions ({', '.join(request.action_words)}) "
+                "have no such action"
+            )
+        return [Decision(actions.index(self.minigrid_action)) for _ in request.prompts]
 
 
 class BotAgent(Agent):

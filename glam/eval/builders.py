@@ -21,6 +21,7 @@ from glam.devices import unusable_gpu
 from glam.eval.agents import (
     Agent,
     BotAgent,
+    ConstantAgent,
     FormattedHistory,
     History,
     RandomAgent,
@@ -73,6 +74,8 @@ def agent_label(cfg: AgentConfig) -> str:
     """A short name for tables; the seeds of one training run share it (`glam_paper`)."""
     if cfg.kind in ("random", "bot"):
         return cfg.kind
+    if cfg.kind == "constant":
+        return f"constant:{cfg.action}"
     if cfg.kind == "mediator":
         ask = cfg.ask
         rule = f"random(p={ask.probability:g})" if ask.mode == "random" else ask.mode
@@ -133,6 +136,8 @@ def build_agent(
     """
     if cfg.kind == "random":
         return RandomAgent()
+    if cfg.kind == "constant":
+        return ConstantAgent(cfg.action)
     if cfg.kind == "bot":
         return BotAgent()
     if cfg.kind == "teacher":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from babyai_text.actions import get_action_space
 from glam.ask.config import AskConfig
 from glam.config import DEFAULT_MODEL, check_choice, hydra_schema
 from glam.llm.config import ClientConfig
@@ -30,6 +31,7 @@ AGENT_KINDS: tuple[str, ...] = (
     "zero_shot",
     "bc",
     "random",
+    "constant",
     "bot",
     "teacher",
     "mediator",
@@ -61,8 +63,8 @@ class AgentConfig:
 
     kind: str = "zero_shot"
     """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
-    actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`
-    `bot` (BabyAI's planner, which reads the grid, not the text), `teacher` (LLM4Teach's
+    actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`,
+    `constant` (`agent.action` every step), `bot` (BabyAI's planner, which reads the grid, not the text), `teacher` (LLM4Teach's
     teacher alone, `agent.teacher`) or `mediator` (LLM4RL's planner and skills asked by a rule,
     `agent.ask`, no network). A checkpoint of a run trained with `ask.mode` other than `none`
     plays its mediated envs, built from the run's `ask` settings."""
@@ -105,6 +107,10 @@ class AgentConfig:
     """`mediator`: the planner, the rule that asks it (`agent.ask.mode`: always, skill_end or
     random) and the query cost (`glam.ask.config.AskConfig`, the `ask.*` keys of training). A
     checkpoint takes its run's instead (its config.yaml): leave it at `mode=none` then."""
+    action: str = "go forward"
+    """`constant`: the action played every step, a word of the default actions (`go forward`:
+    what BALROG's protocol plays for an answer that names no action, so a model that never names
+    one scores exactly this agent's episodes)."""
     planner: str | None = None
     """A checkpoint of a mediator: consult this planner (`llm` or `bot`) instead of its run's,
     a language model's settings (model, backend, endpoint, cache) taken from `agent.ask`; the
@@ -120,6 +126,8 @@ class AgentConfig:
         check_choice("agent.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
+        if self.kind == "constant":
+            check_choice("agent.action", self.action, get_action_space("default").words)
         if self.kind in ("checkpoint", "bc") and not self.path:
             raise ValueError(f"agent.kind={self.kind} needs agent.path (the trained folder)")
         if self.protocol == "generation" and self.kind not in GENERATION_KINDS:
