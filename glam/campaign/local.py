@@ -15,7 +15,8 @@ repository root, the command line its SLURM batch script would run: `python SCRI
   one with an older checkpoint resumes from it (the trainer rewinds metrics.csv to it). An
   evaluation whose folder holds every result file is skipped; one stopped before its end (its
   journal, `glam.eval.journal`) continues with `eval.resume=true`, keeping its finished episodes;
-  one left half-written otherwise is run again with `eval.overwrite=true`. Evaluations start once their training job has finished.
+  one left half-written otherwise is run again with `eval.overwrite=true`. Evaluations start
+  once their training job has finished.
 - **State**: `OUTPUT_ROOT/CAMPAIGN/local/jobs.tsv` holds one row per job (status, exit code,
   seconds, pid, progress, log), rewritten at every change; `STATUSES` lists the statuses.
 - **Stopping**: SIGINT (Ctrl-C) or SIGTERM of the launcher sends SIGTERM to every running job
@@ -273,10 +274,10 @@ def assess(job: LocalJob) -> tuple[str, str]:
     if job.kind == "train":
         return training_progress(Path(job.config.train.output_dir), job.config.train.total_frames)
     output_dir = Path(job.config.eval.output_dir)
-    present = [name for name in RESULT_FILES if (output_dir / name).exists()]
     unfinished = Journal.found(output_dir)
     if unfinished is not None:  # stopped before its end (a finished one removes its journal)
         return "resume", f"its journal ({unfinished} episodes finished)"
+    present = [name for name in RESULT_FILES if (output_dir / name).exists()]
     if len(present) == len(RESULT_FILES):
         return "skip", f"results in {output_dir}"
     if present:

@@ -64,10 +64,11 @@ class AgentConfig:
     kind: str = "zero_shot"
     """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
     actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`,
-    `constant` (`agent.action` every step), `bot` (BabyAI's planner, which reads the grid, not the text), `teacher` (LLM4Teach's
-    teacher alone, `agent.teacher`) or `mediator` (LLM4RL's planner and skills asked by a rule,
-    `agent.ask`, no network). A checkpoint of a run trained with `ask.mode` other than `none`
-    plays its mediated envs, built from the run's `ask` settings."""
+    `constant` (`agent.action` every step), `bot` (BabyAI's planner, which reads the grid, not
+    the text), `teacher` (LLM4Teach's teacher alone, `agent.teacher`) or `mediator` (LLM4RL's
+    planner and skills asked by a rule, `agent.ask`, no network). A checkpoint of a run trained
+    with `ask.mode` other than `none` plays its mediated envs, built from the run's `ask`
+    settings."""
     path: str = ""
     """`checkpoint`: a run folder, one of its checkpoint folders or a saved policy folder.
     `bc`: the folder of the saved adapter (or of a full fine-tuned model)."""

@@ -215,8 +215,9 @@ def _play(agent: Agent, cfg: PostTrainingTestsConfig, journal: Journal) -> dict[
         def heartbeat(envs: int) -> None:
             nonlocal steps, last_line
             steps += 1
-            if log and journal.elapsed() - last_line >= HEARTBEAT_S:
-                last_line = journal.elapsed()
+            now = journal.elapsed()
+            if log and now - last_line >= HEARTBEAT_S:
+                last_line = now
                 done = int(progress.tasks[0].completed)
                 print(
                     f"[eval] {done}/{total} episodes, {steps} steps played by this run "
