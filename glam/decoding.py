@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from glam.scoring import TrunkCut
 from glam.trunk import run_from_layer
@@ -47,6 +48,11 @@ __all__ = [
     "score_answers",
     "token_entropy",
 ]
+
+
+# The keyword (and output field) of a forward's keys and values: `cache` in recent transformers,
+# `past_key_values` before (5.17, on the GPU machines of docs/gpu.md).
+_CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def token_entropy(logprobs: Tensor) -> Tensor:
@@ -248,7 +254,7 @@ def sample_answers(
         input_ids=input_ids.to(device),
         attention_mask=attention,
         position_ids=_positions(new_mask, reused).to(device),
-        cache=past,
+        **{_CACHE: past},
         use_cache=True,
         output_hidden_states=True,
         logits_to_keep=1,
@@ -285,7 +291,7 @@ def sample_answers(
             input_ids=drawn[:, None],
             attention_mask=attention,
             position_ids=next_position[:, None].to(device),
-            cache=outputs.cache,
+            **{_CACHE: getattr(outputs, _CACHE)},
             use_cache=True,
             logits_to_keep=1,
         )
@@ -306,7 +312,7 @@ def sample_answers(
             )
             kept_columns.append(cols.to(device))
             kept_ids.append(torch.cat([prompts[i], tokens[i, :answer_fed]]))
-        _keep(cache, outputs.cache, kept_columns, kept_ids, rows)
+        _keep(cache, getattr(outputs, _CACHE), kept_columns, kept_ids, rows)
         cache.reused_tokens += int(reused.sum())
         cache.prompt_tokens += sum(len(ids) for ids in prompts)
     width = max(int(lengths.max()), 1)

@@ -282,6 +282,53 @@ grep -q 'resumed from' \"$WORK/resume.log\"
 
 step bench-micro64 60 150 "$(bench bench-micro64 ppo.micro_batch_size=64)"
 
+# balrog (only when GLAM_CHECK_STEPS names it): BALROG's protocol (scripts/zero_shot_generation.py,
+# 10 episodes of each task type, all 50 envs at once) for the pretrained embedded model zero-shot
+# and, beside it on the same GPU, for the checkpoint GLAM_CHECK_BALROG_CHECKPOINT names; answers
+# cut at GLAM_CHECK_BALROG_MAX_TOKENS (16: docs/evaluation.md, "Acceptance runs"). Each run's
+# folder (its journal too, where the time ran out) comes back in $OUT/balrog.tar.gz.
+BALROG=$WORK/balrog
+cat >"$WORK/balrog.sh" <<'EOF'
+set -u
+if ((SMOKE)); then  # the plumbing only: 1 episode per task type, 2 steps, on the CPU
+    extra=(eval.episodes_per_task_type=1 eval.max_steps=2 eval.num_envs=5 agent.device=cpu)
+elif [[ $MODEL != smollm2-135m ]]; then
+    echo "BALROG needs the pretrained weights (the GGUF parts did not travel)"; exit 1
+else
+    extra=(eval.num_envs=50 agent.dtype=bfloat16)
+fi
+balrog() {  # NAME ARGS...
+    local name=$1; shift
+    "$PY" scripts/zero_shot_generation.py "$@" "${extra[@]}" eval.progress_bar=false \
+        eval.client.max_tokens="${GLAM_CHECK_BALROG_MAX_TOKENS:-16}" \
+        eval.output_dir="$BALROG/$name" >"$BALROG/$name.log" 2>&1
+    echo $? >"$BALROG/$name.status"
+    "$PY" - "$BALROG/$name" <<'PY' >"$BALROG/$name.report" || echo "BALROG $name: no results (exit $(cat "$BALROG/$name.status"))"
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/results.json"))
+s, g = r["suites"]["no_change"], r["generation"]
+print(f"BALROG {sys.argv[1].rsplit('/', 1)[1]}: success {s['success_rate']:.3f} [{s['ci_low']:.3f}, "
+      f"{s['ci_high']:.3f}] of {s['episodes']}, invalid answers {s['invalid_action_rate']:.3f} of "
+      f"{g['answers']}, {r['elapsed_seconds']:.0f} s")
+PY
+}
+mkdir -p "$BALROG"
+balrog zero-shot &
+checkpoint=${GLAM_CHECK_BALROG_CHECKPOINT:-}
+[[ -n $checkpoint ]] && balrog checkpoint agent.kind=checkpoint agent.path="$checkpoint" eval.action_space=default &
+wait
+for name in zero-shot checkpoint; do  # each run's table, then the two headlines
+    [[ -f $BALROG/$name.log ]] && tail -n 14 "$BALROG/$name.log"
+done
+cat "$BALROG"/*.report
+! grep -q -v '^0$' "$BALROG"/*.status
+EOF
+export BALROG
+if [[ ,${GLAM_CHECK_STEPS:-}, == *,balrog,* ]]; then
+    step balrog 60 600 'bash "$WORK/balrog.sh"'
+    tar -czf "$OUT/balrog.tar.gz" -C "$WORK" balrog 2>/dev/null
+fi
+
 # ------------------------------------------------------------------------------------------
 # results: summary.txt, results.json, logs.tar.gz
 # ------------------------------------------------------------------------------------------

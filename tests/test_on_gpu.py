@@ -10,7 +10,9 @@ Skipped elsewhere, saying why. scripts/gpu_check.sh runs it on a lent GPU (docs/
 - the LoRA gradients through the packed scorer are the CPU's (`GRAD_RELATIVE` in fp32);
 - the training loop reads the GPU's values once per forward and twice per micro-batch;
 - the tiny preset trains on the GPU, checkpoints (the RNG of its own GPU) and resumes;
-- one DeepSpeed ZeRO-2 process updates on the GPU and resumes with its optimizer shards.
+- one DeepSpeed ZeRO-2 process updates on the GPU and resumes with its optimizer shards;
+- written answers sampled on CUDA over turns that reuse the cached keys have the log-probabilities
+  of a teacher-forced forward (the path of written actions and of BALROG's evaluation).
 """
 
 from __future__ import annotations
@@ -201,3 +203,37 @@ def test_one_zero2_process_updates_on_cuda_and_resumes(tmp_path: Path) -> None:
     resumed = _train(launcher, run_dir, 128, "train.resume=true")
     assert "resumed from" in resumed
     assert _updates(run_dir) == [1, 2]
+
+
+def test_written_answers_on_cuda_keep_their_log_probs_across_cached_turns() -> None:
+    """Three turns of a dialogue that only grows, on CUDA, each turn reading the earlier turns'
+    keys from the cache: every sampled token's log-probability is the one a teacher-forced
+    forward of the whole prompt gives it (fp32, TF32 off). The first GPU check found this path
+    broken under transformers 5.17 (the cache's keyword), with the rest of this subset passing."""
+    from glam.decoding import TurnCache, sample_answers, score_answers
+    from glam.models.loading import load_model
+
+    model, tokenizer = load_model("tiny-random-llama")
+    model.to("cuda").eval()
+    stop = torch.zeros(len(tokenizer), dtype=torch.bool)
+    stop[tokenizer.eos_token_id] = True
+    prompts = [torch.tensor(tokenizer(text)["input_ids"]) for text in _prompts(4)[0]]
+    cache = TurnCache()
+    for turn in range(3):
+        torch.manual_seed(turn)
+        sampled = sample_answers(
+            model, prompts, max_new_tokens=5, temperature=1.0, stop=stop, pad_id=0, cache=cache
+        )
+        if turn:
+            assert (sampled.reused > 0).all()  # the earlier turns' keys were read
+        logprobs, _, _ = score_answers(
+            model, prompts, sampled.tokens, sampled.lengths, temperature=1.0, pad_id=0
+        )
+        torch.testing.assert_close(logprobs.cpu(), sampled.logprobs, rtol=1e-4, atol=1e-4)
+        more = torch.tensor(
+            tokenizer(" You see a wall. Action:", add_special_tokens=False)["input_ids"]
+        )
+        prompts = [
+            torch.cat([ids, sampled.tokens[i, : sampled.lengths[i]], more])
+            for i, ids in enumerate(prompts)
+        ]

@@ -20,7 +20,7 @@ import torch
 from helpers_tiny import one_torch_thread, tiny_causal_lm  # noqa: F401 (fixture)
 
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
-from glam.decoding import TurnCache, _past, sample_answers, score_answers
+from glam.decoding import _CACHE, TurnCache, _past, sample_answers, score_answers
 from glam.eval.generation import BalrogDialogue as EvalDialogue
 from glam.policy.balrog import BalrogDialogue, feedback_sentence
 from glam.policy.generation_config import GenerationConfig
@@ -206,7 +206,9 @@ def test_cached_keys_give_a_full_forwards_logits_and_a_misplaced_cache_does_not(
         past = _past(cache, reused, int(reused[0]), torch.device("cpu"))
         n = int(reused[0])
         positions = torch.arange(n, len(ids))[None]
-        return model(input_ids=ids[None, n:], position_ids=positions, cache=past).logits[0, -1]
+        return model(input_ids=ids[None, n:], position_ids=positions, **{_CACHE: past}).logits[
+            0, -1
+        ]
 
     head = ids[:-3]
     torch.testing.assert_close(logits_after(head, head), full, rtol=1e-5, atol=1e-5)
