@@ -235,7 +235,8 @@ def test_gradient_checkpointing_and_bf16_autocast():
     model_cfg = ModelConfig(name_or_path="tiny", gradient_checkpointing=True)
     policy = LLMActorCritic.from_model(model, tokenizer, model_cfg, SMALL_HEADS, ACTION_WORDS)
     policy.value_head.load_state_dict(reference.value_head.state_dict())
-    assert policy.model.get_base_model().is_activation_checkpointing
+    base = policy.model.get_base_model()  # transformers 5.17 has the second name only
+    assert getattr(base, "is_activation_checkpointing", None) or base.is_gradient_checkpointing
     policy.train()
     output = policy(PROMPTS, CANDIDATES)
     torch.testing.assert_close(output.logits[output.mask], expected.logits[expected.mask])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +282,15 @@ class BCResult:
     info: BCPolicyInfo
 
 
+# TrainingArguments' `gradient_checkpointing` is `activation_checkpointing` in recent transformers
+# (5.17, on the GPU machines of docs/gpu.md, has the old name only).
+_CHECKPOINTING = next(
+    name
+    for name in ("activation_checkpointing", "gradient_checkpointing")
+    if name in {field.name for field in fields(SFTConfig)}
+)
+
+
 def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
     """TRL's settings from glam's: AdamW, schedule, batch, completion-only loss, no checkpoints."""
     bc, model = run.bc, run.model
@@ -312,7 +321,7 @@ def build_sft_config(run: BCRunConfig, output_dir: Path) -> SFTConfig:
         # null (auto): bf16 on a GPU that computes it natively, fp32 on the CPU (BC's figures)
         bf16=gpu_mixed_precision(model.autocast_bf16)[0],
         tf32=gpu_mixed_precision(model.autocast_bf16)[1] or None,  # None: torch's default
-        activation_checkpointing=model.gradient_checkpointing,
+        **{_CHECKPOINTING: model.gradient_checkpointing},
         disable_tqdm=not bc.progress,
     )
 
