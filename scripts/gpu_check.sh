@@ -287,6 +287,7 @@ step bench-micro64 60 150 "$(bench bench-micro64 ppo.micro_batch_size=64)"
 # and, beside it on the same GPU, for the checkpoint GLAM_CHECK_BALROG_CHECKPOINT names; answers
 # cut at GLAM_CHECK_BALROG_MAX_TOKENS (16: docs/evaluation.md, "Acceptance runs"). Each run's
 # folder (its journal too, where the time ran out) comes back in $OUT/balrog.tar.gz.
+if [[ ,${GLAM_CHECK_STEPS:-}, == *,balrog,* ]]; then
 BALROG=$WORK/balrog
 cat >"$WORK/balrog.sh" <<'EOF'
 set -u
@@ -323,8 +324,7 @@ done
 cat "$BALROG"/*.report
 ! grep -q -v '^0$' "$BALROG"/*.status
 EOF
-export BALROG
-if [[ ,${GLAM_CHECK_STEPS:-}, == *,balrog,* ]]; then
+    export BALROG
     step balrog 60 600 'bash "$WORK/balrog.sh"'
     tar -czf "$OUT/balrog.tar.gz" -C "$WORK" balrog 2>/dev/null
 fi

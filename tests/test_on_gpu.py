@@ -218,6 +218,9 @@ def test_written_answers_on_cuda_keep_their_log_probs_across_cached_turns() -> N
     stop = torch.zeros(len(tokenizer), dtype=torch.bool)
     stop[tokenizer.eos_token_id] = True
     prompts = [torch.tensor(tokenizer(text)["input_ids"]) for text in _prompts(4)[0]]
+    more = torch.tensor(
+        tokenizer(" You see a wall. Action:", add_special_tokens=False)["input_ids"]
+    )
     cache = TurnCache()
     for turn in range(3):
         torch.manual_seed(turn)
@@ -230,9 +233,6 @@ def test_written_answers_on_cuda_keep_their_log_probs_across_cached_turns() -> N
             model, prompts, sampled.tokens, sampled.lengths, temperature=1.0, pad_id=0
         )
         torch.testing.assert_close(logprobs.cpu(), sampled.logprobs, rtol=1e-4, atol=1e-4)
-        more = torch.tensor(
-            tokenizer(" You see a wall. Action:", add_special_tokens=False)["input_ids"]
-        )
         prompts = [
             torch.cat([ids, sampled.tokens[i, : sampled.lengths[i]], more])
             for i, ids in enumerate(prompts)
