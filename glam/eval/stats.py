@@ -2,6 +2,8 @@
 
 - Over episodes: a success rate with its Wilson interval (`wilson_interval`, `summarize`), and
   BALROG's form of the same figures (`balrog_progress`).
+- Over the same episodes played by two agents (paired by seed): McNemar's exact test on the
+  discordant pairs (`mcnemar_exact_p`; `glam.eval.paired` reads two evaluations).
 - Over seeds (each seed one number, e.g. its held-out success rate): the mean with a Student-t
   interval (`t_interval`; `seed_interval` clips it to [0, 1] for rates), and a two-sample test
   of two groups of seeds (`compare_seeds`): Welch's t-test with its p-value, beside the exact
@@ -33,6 +35,7 @@ __all__ = [
     "SuiteSummary",
     "balrog_progress",
     "compare_seeds",
+    "mcnemar_exact_p",
     "one_sample_test",
     "permutation_p_value",
     "seed_interval",
@@ -146,6 +149,21 @@ def summarize(results: Sequence[EpisodeResult]) -> SuiteSummary:
         episodes=n,
         invalid_action_rate=sum(r.invalid_actions for r in results) / max(steps, 1),
     )
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided p-value of McNemar's exact test: of the pairs of episodes (one seed, two agents)
+    where exactly one agent succeeded, `only_a` went to agent a and `only_b` to agent b; under
+    "neither agent is better" each such pair goes either way with probability 1/2. The p-value
+    is twice the binomial tail of the smaller count, capped at 1 (1 when there is no such pair:
+    the episodes cannot tell the agents apart)."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant pairs cannot be negative: {only_a}, {only_b}")
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
 
 
 # ---------------------------------------------------------------------------------------------
