@@ -65,7 +65,7 @@ from omegaconf import OmegaConf
 
 from glam.eval.report import AGENT_FIGURES
 from glam.eval.stats import seed_interval, t_interval, t_quantile, wilson_interval
-from glam.outputs import COMPARISON
+from glam.outputs import COMPARISON, EPISODES_JSONL
 
 __all__ = [
     "COMPARISON_FILES",
@@ -110,8 +110,6 @@ CONFIG_YAML = "config.yaml"
 EVAL_DIR = "eval"
 """Folder of a run that holds its evaluations (`RUN/eval/**/results.json`)."""
 RESULTS_JSON = "results.json"
-EPISODES_JSONL = "episodes.jsonl"
-"""Each episode of an evaluation, beside its results.json (`glam.eval.harness`)."""
 SUCCESS, RETURN, EPISODES = "charts/success_rate", "charts/episode_return", "charts/episodes"
 ELAPSED = "elapsed_seconds"
 DEFAULT_LABEL_KEY = "train.label"

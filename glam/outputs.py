@@ -33,6 +33,7 @@ __all__ = [
     "BC_POLICY",
     "COMPARISON",
     "DEMOS",
+    "EPISODES_JSONL",
     "EVALUATION",
     "IMITATION",
     "KINDS",
@@ -93,9 +94,12 @@ TRAINING_RUN = OutputKind(
     "a run", ("config.yaml", "metrics.csv", "checkpoints"), signature=("checkpoints", "metrics.csv")
 )
 """`scripts/train_language_agent.py`, `scripts/train_baseline.py` (`train.output_dir`)."""
+EPISODES_JSONL = "episodes.jsonl"
+"""An evaluation's episodes, one JSON line each (`glam.eval.harness`, read by `glam.compare` and
+`glam.eval.paired`)."""
 EVALUATION = OutputKind(
     "results",
-    ("results.json", "results.csv", "results.md", "results.png", "episodes.jsonl"),
+    ("results.json", "results.csv", "results.md", "results.png", EPISODES_JSONL),
 )
 """`scripts/post_training_tests.py`, `scripts/zero_shot_generation.py` (`eval.output_dir`), in
 the order `glam.eval.harness.evaluate` writes them."""

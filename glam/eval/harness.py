@@ -22,7 +22,7 @@ from glam.eval.mediator_agent import MediatorAgent
 from glam.eval.report import suite_record, write_results
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import SuitePlan, get_suites
-from glam.outputs import EVALUATION, OutputExistsError, check_output_dir
+from glam.outputs import EPISODES_JSONL, EVALUATION, OutputExistsError, check_output_dir
 
 __all__ = ["HEARTBEAT_S", "RESULT_FILES", "evaluate", "run_tests"]
 
@@ -262,7 +262,7 @@ def _write(
         results["ask"] = asdict(agent.cfg)
     output_dir = Path(cfg.eval.output_dir)
     paths = write_results(output_dir, results)
-    paths["episodes"] = output_dir / "episodes.jsonl"
+    paths["episodes"] = output_dir / EPISODES_JSONL
     with paths["episodes"].open("w") as handle:
         for name, run in runs.items():
             for episode in run.episodes:

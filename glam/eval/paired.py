@@ -18,11 +18,9 @@ from pathlib import Path
 
 from glam.eval.stats import mcnemar_exact_p
 from glam.eval.suites import TASK_FAMILIES
+from glam.outputs import EPISODES_JSONL
 
-__all__ = ["ALL", "EPISODES_FILE", "PairedRow", "compare_paired", "format_table", "read_episodes"]
-
-EPISODES_FILE = "episodes.jsonl"
-"""The per-episode file an evaluation writes beside its results.json."""
+__all__ = ["ALL", "PairedRow", "compare_paired", "format_table", "read_episodes"]
 
 ALL = "all"
 """The row of every paired episode, after the rows of the task types."""
@@ -57,7 +55,7 @@ def read_episodes(path: Path, suite: str) -> dict[int, Mapping]:
         ValueError: no such file, a line that is not an episode record, no episode of `suite`
             (the message names the suites there are), or a seed played twice.
     """
-    file = path / EPISODES_FILE if path.is_dir() else path
+    file = path / EPISODES_JSONL if path.is_dir() else path
     try:
         lines = file.read_text().splitlines()
     except OSError as error:
