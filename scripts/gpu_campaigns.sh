@@ -58,7 +58,9 @@ for i in "${!names[@]}"; do
         echo "[gpu-campaigns] $name: its launcher is running (pid $(cat "$STATE/launchers/$name.pid"))"
         continue
     fi
-    setsid "$PY" scripts/launch_campaign.py "$file" --local --jobs "$count" --output-root "$OUTPUT_ROOT" \
+    rm -f "$STATE/launchers/$name.rc"  # the launcher's exit status, once it ends
+    setsid bash -c '"$0" scripts/launch_campaign.py "$1" --local --jobs "$2" --output-root "$3"; echo $? >"$4"' \
+        "$PY" "$file" "$count" "$OUTPUT_ROOT" "$STATE/launchers/$name.rc" \
         >>"$STATE/launchers/$name.out" 2>&1 </dev/null &
     echo $! >"$STATE/launchers/$name.pid"
     echo "[gpu-campaigns] $name: started (--jobs $count, pid $!, output in $OUTPUT_ROOT/$name)"
@@ -72,14 +74,6 @@ any_running() {
 }
 while ((SECONDS < deadline)) && any_running; do sleep 5; done
 
-all_finished() {  # "6 job(s): 3 done, 2 resumed, 1 skipped; state in ..." (glam/campaign/local.py)
-    local counts=${1#*: } part parts
-    counts=${counts%%;*}
-    IFS=',' read -r -a parts <<<"$counts"
-    for part in "${parts[@]}"; do
-        [[ $part =~ ^\ ?[0-9]+\ (done|resumed|skipped)$ ]] || return 1
-    done
-}
 : >"$OUT/progress.txt"
 status=0
 for name in "${names[@]}"; do
@@ -98,7 +92,7 @@ for name in "${names[@]}"; do
     if running "$name"; then
         echo "[gpu-campaigns] $name: still running after ${SECONDS}s"
         ((status == 0)) && status=3
-    elif [[ -z $summary ]] || ! all_finished "$summary"; then
+    elif [[ $(cat "$STATE/launchers/$name.rc" 2>/dev/null) != 0 ]]; then  # 0: every job finished
         echo "[gpu-campaigns] $name: ended with jobs not done: ${summary:-no summary, see progress.txt}"
         status=1
     else
