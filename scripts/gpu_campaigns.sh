@@ -42,8 +42,10 @@ for spec in "$@"; do
     [[ $spec == *:* ]] && count=${spec##*:}
     [[ -f $file ]] || { echo "no campaign file $file" >&2; exit 2; }
     [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "JOBS must be a positive number, got '$count' in $spec" >&2; exit 2; }
-    name=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$file") ||
-        { echo "$file: no campaign name" >&2; exit 2; }
+    # the launcher's own reader: a campaign it would refuse is refused here, before any start
+    name=$("$PY" -c "import sys; from pathlib import Path; from glam.campaign.config import load_campaign
+try: print(load_campaign(Path(sys.argv[1])).name)
+except ValueError as error: sys.exit(f'{sys.argv[1]}: {error}')" "$file") || exit 2
     names+=("$name") jobs+=("$file:$count")
 done
 
