@@ -1,4 +1,4 @@
-"""Run a campaign: a grid of training overrides x seeds, on SLURM or on this machine.
+"""Run a campaign: arms x a grid of training overrides x seeds, on SLURM or on this machine.
 
     python scripts/launch_campaign.py configs/campaign/glam_paper.yaml --dry-run   # print only
     python scripts/launch_campaign.py configs/campaign/glam_paper.yaml             # submit
@@ -6,14 +6,16 @@
     # no SLURM: 2 jobs at a time on this machine (again to continue after a stop or a failure)
     python scripts/launch_campaign.py configs/campaign/tiny_local.yaml --local --jobs 2
 
-A campaign file names a training preset, fixed overrides, a grid of overrides (cartesian
-product) and seeds, and the SLURM resources (see configs/campaign/glam_paper.yaml for every key).
-Each run trains in `OUTPUT_ROOT/CAMPAIGN/RUN` where RUN is built from the grid point and the seed,
-e.g. `ppo.lr-1e-05_seed-2`. For each run the launcher writes a self-contained batch script,
-`OUTPUT_ROOT/CAMPAIGN/slurm/RUN.train.sbatch` (a template from slurm/ with this run's #SBATCH
-lines, environment and arguments filled in), submits it with `sbatch`, prints the job id and
-appends it to `OUTPUT_ROOT/CAMPAIGN/slurm/jobs.tsv`. With an `evaluation` section, one evaluation
-job per run and level follows its training job (`--dependency=afterok`).
+A campaign file names a training preset, fixed overrides, optional arms (named sets of overrides,
+the rows of an ablation table), a grid of overrides (cartesian product) and seeds, and the SLURM
+resources (see configs/campaign/glam_paper.yaml for every key, ablation_gotoredball.yaml for
+arms). Each run trains in `OUTPUT_ROOT/CAMPAIGN/RUN` where RUN is built from the arm, the grid
+point and the seed, e.g. `ppo.lr-1e-05_seed-2`, `regime_seed-1`. For each run the launcher writes
+a self-contained batch script, `OUTPUT_ROOT/CAMPAIGN/slurm/RUN.train.sbatch` (a template from
+slurm/ with this run's #SBATCH lines, environment and arguments filled in), submits it with
+`sbatch`, prints the job id and appends it to `OUTPUT_ROOT/CAMPAIGN/slurm/jobs.tsv`. With an
+`evaluation` section, one evaluation job per run and level follows its training job
+(`--dependency=afterok`).
 
 Before anything is submitted, every job's config is composed with Hydra from `configs/` (the
 preset and the job's overrides) and validated against the schema of the script it runs: an

@@ -139,6 +139,113 @@ def test_grid_is_the_cartesian_product_times_the_seeds(tmp_path: Path) -> None:
     assert "model.name_or_path='/m/a b'" in runs[0].training_arguments(campaign)
 
 
+def test_arms_times_grid_times_seeds_each_labelled_and_named_by_its_arm(tmp_path: Path) -> None:
+    campaign = glam_campaign.load_campaign(
+        write_yaml(
+            tmp_path / "arms.yaml",
+            {
+                **MINIMAL,
+                "seeds": [1, 2],
+                "overrides": {"ppo.lr": 1e-3, "train.total_frames": 64},
+                "arms": {
+                    "default": {},
+                    "regime": {"env.num_envs": 8, "ppo.frames_per_env": 32, "ppo.lr": 1e-2},
+                    "own-label": {"train.label": "mine"},
+                },
+                "grid": {"env.nbr_obs": [1, 2]},
+            },
+        )
+    )
+    runs = glam_campaign.expand_runs(campaign, tmp_path)
+    assert [run.name for run in runs] == [
+        f"{arm}_env.nbr_obs-{obs}_seed-{seed}"
+        for arm in ("default", "regime", "own-label")
+        for obs in (1, 2)
+        for seed in (1, 2)
+    ]
+    assert [run.arm for run in runs[::4]] == ["default", "regime", "own-label"]
+    assert runs[0].training_overrides(campaign) == [
+        "ppo.lr=0.001",
+        "train.total_frames=64",
+        "train.label=default",
+        "env.nbr_obs=1",
+        "train.seed=1",
+        f"train.output_dir={tmp_path}/c/default_env.nbr_obs-1_seed-1",
+    ]
+    # The arm's value replaces the campaign's in place; its own keys and label follow.
+    assert runs[7].training_overrides(campaign) == [
+        "ppo.lr=0.01",
+        "train.total_frames=64",
+        "env.num_envs=8",
+        "ppo.frames_per_env=32",
+        "train.label=regime",
+        "env.nbr_obs=2",
+        "train.seed=2",
+        f"train.output_dir={tmp_path}/c/regime_env.nbr_obs-2_seed-2",
+    ]
+    # An arm that labels itself keeps its label.
+    assert [a for a in runs[8].training_overrides(campaign) if a.startswith("train.label=")] == [
+        "train.label=mine"
+    ]
+
+    jobs = glam_campaign.plan_jobs(campaign, tmp_path)
+    assert len(jobs) == 3 * 2 * 2
+    configs, errors = glam_campaign.compose_jobs(jobs)
+    assert errors == []
+    assert [(c.train.label, c.ppo.lr, c.env.num_envs, c.env.nbr_obs) for c in configs[3:5]] == [
+        ("default", 1e-3, 4, 2),
+        ("regime", 1e-2, 8, 1),
+    ]
+    assert configs[-1].train.label == "mine"
+    assert (
+        jobs[4].script_path == tmp_path / "c" / "slurm" / "regime_env.nbr_obs-1_seed-1.train.sbatch"
+    )
+    assert "train.label=regime" in script_arguments(jobs[4].script)
+
+
+def test_arms_without_a_grid_name_runs_by_arm_and_seed(
+    fake_sbatch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    level = "BabyAI-GoToRedBallNoDists-v0"
+    path = write_yaml(
+        tmp_path / "c.yaml",
+        {
+            **MINIMAL,
+            "arms": {"default": {}, "lr-5e-4": {"ppo.lr": 5e-4}},
+            "evaluation": {"levels": [level], "episodes": 10},
+        },
+    )
+    assert glam_campaign.launch(path, output_root=tmp_path / "runs") == 0
+    assert re.findall(r"^submitted (.*): job (\d+)$", capsys.readouterr().out, re.MULTILINE) == [
+        ("default_seed-1 train", "101"),
+        (f"default_seed-1 eval {level}", "102"),
+        ("lr-5e-4_seed-1 train", "103"),
+        (f"lr-5e-4_seed-1 eval {level}", "104"),
+    ]
+    slurm_dir = tmp_path / "runs" / "c" / "slurm"
+    calls = fake_sbatch.read_text().splitlines()
+    assert (
+        calls[3]
+        == f"--parsable --dependency=afterok:103 {slurm_dir}/lr-5e-4_seed-1.eval.{level}.sbatch"
+    )
+    arguments = script_arguments((slurm_dir / "lr-5e-4_seed-1.train.sbatch").read_text())
+    assert arguments[:2] == ["--config-name", "tiny"]
+    assert {"ppo.lr=0.0005", "train.label=lr-5e-4", "train.seed=1"} <= set(arguments)
+    assert f"train.output_dir={tmp_path}/runs/c/lr-5e-4_seed-1" in arguments
+    evaluation = script_arguments((slurm_dir / f"lr-5e-4_seed-1.eval.{level}.sbatch").read_text())
+    assert f"agent.path={tmp_path}/runs/c/lr-5e-4_seed-1" in evaluation
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML keeps the last of two equal keys without a word: two arms of one name would be one."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "name: c\npreset: tiny\nseeds: [1]\narms:\n  a: {ppo.lr: 1.0e-3}\n  a: {ppo.lr: 1.0e-4}\n"
+    )
+    assert glam_campaign.launch(path, dry_run=True) == 2
+    assert "line 6: key 'a' is given twice in one mapping" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -192,6 +299,24 @@ def test_multi_node_template_is_picked_for_several_nodes(tmp_path: Path) -> None
         ({"grid": {"a": ["x/y", "x-y"]}}, "same run folder twice"),
         ({"script": "scripts/nope.py"}, "script 'scripts/nope.py' is not a training script"),
         ({"script": "scripts/post_training_tests.py"}, "is not a training script of"),
+        ({"arms": {}}, "arms is empty"),
+        ({"arms": ["a"]}, "arms must be a mapping or null, got ['a']"),
+        ({"arms": {"a b": {}}}, "arm name 'a b' is not a folder name"),
+        ({"arms": {".a": {}}}, "arm name '.a' is not a folder name"),
+        ({"arms": {1: {}}}, "arm name 1 is not a folder name"),
+        ({"arms": {"a": None}}, "arms.a must be a mapping of overrides ({} for the preset"),
+        ({"arms": {"a": {"train.seed": 2}}}, "arms.a: train.seed is set by the launcher"),
+        ({"arms": {"a": {"+train.output_dir": "x"}}}, "arms.a: +train.output_dir is set by the"),
+        ({"arms": {"a": {"ppo lr": 1}}}, "arms.a: 'ppo lr' is not a Hydra override key"),
+        (
+            {"arms": {"a": {}, "b": {"ppo.lr": 1e-3}}, "grid": {"ppo.lr": [1e-4, 1e-3]}},
+            "arms.b sets ppo.lr, which the grid varies",
+        ),
+        ({"arms": {"a": {}, "A": {}}}, "arm names ['A', 'a'] differ only in case"),
+        (
+            {"arms": {"a": {}}, "overrides": {"train.label": "x"}},
+            "train.label in overrides: with arms, each run is labelled with its arm's name",
+        ),
     ],
 )
 def test_bad_campaign_exits_2_with_the_reason(
@@ -366,6 +491,11 @@ def test_sbatch_failure_stops_with_its_message(
             {"evaluation": {"levels": ["BabyAI-Nope-v0"]}},
             ["seed-1 eval BabyAI-Nope-v0: eval.level='BabyAI-Nope-v0' is not a BabyAI level"],
         ),
+        (
+            {"arms": {"default": {}, "lr": {"ppo.lrr": 1e-3}}},
+            # Only the arm's job is named, on a line of its own.
+            ["of 1 kind(s)", "\n  lr_seed-1 train: unknown key ppo.lrr (did you mean ppo.lr?)"],
+        ),
     ],
     ids=[
         "unknown_grid_key",
@@ -376,6 +506,7 @@ def test_sbatch_failure_stops_with_its_message(
         "unknown_action_space",
         "unknown_model",
         "unknown_evaluation_level",
+        "unknown_arm_key",
     ],
 )
 def test_every_job_config_is_checked_before_anything_is_submitted(

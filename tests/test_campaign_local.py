@@ -3,11 +3,11 @@
     .venv/bin/python -m pytest tests/test_campaign_local.py
 
 The first tests are in-process (threads, devices, commands, what a job needs, validation). The
-last two run the real training script (`tiny` preset) through the launcher as a subprocess: a
-2 x 2 grid that finishes and is skipped on a rerun; and a run SIGKILLed, then stopped with the
-launcher's SIGTERM, resumed each time to the right frame count with one metrics row per update,
-next to a run that fails at run time while the other goes on, and an evaluation that waits for
-its training.
+next three run the real training script (`tiny` preset) through the launcher as a subprocess: a
+2 x 2 grid that finishes and is skipped on a rerun; two arms, each in its folder with its label,
+skipped on a rerun; and a run SIGKILLed, then stopped with the launcher's SIGTERM, resumed each
+time to the right frame count with one metrics row per update, next to a run that fails at run
+time while the other goes on, and an evaluation that waits for its training.
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def test_local_dry_run_prints_commands_and_what_each_job_needs(
     [
         ({"grid": {"ppo.lrr": [1e-3]}}, 2, "unknown key ppo.lrr (did you mean ppo.lr?)"),
         ({"overrides": {"train.torch_threads": 4}}, 2, "use local.torch_threads"),
+        ({"arms": {"a": {"train.torch_threads": 4}}}, 2, "use local.torch_threads"),
         ({"local": {"processes": 0}}, 2, "local.processes must be >= 1, got 0"),
         ({"local": {"threads": 2}}, 2, "unknown key(s) local.threads"),
         ({}, 0, "--jobs must be >= 1, got 0"),
@@ -263,6 +264,34 @@ def test_a_grid_runs_two_at_a_time_and_a_rerun_skips_it(tmp_path: Path) -> None:
     assert logs == {
         name: (root / "grid" / "local" / f"{name}.train.log").stat().st_size for name in names
     }
+
+
+def test_arms_train_into_their_folders_with_their_labels_and_a_rerun_skips_them(
+    tmp_path: Path,
+) -> None:
+    arms = {"default": {}, "lr-high": {"ppo.lr": 1e-2}}
+    path = write_yaml(
+        tmp_path / "arms.yaml",
+        {**TINY, "name": "arms", "overrides": {"train.total_frames": 64}, "arms": arms},
+    )
+    root = tmp_path / "runs"
+    code, out, err = finish(launch(path, root, "--local", "--jobs", "2"))
+    assert code == 0, out + err
+    assert [(job, row["status"]) for job, row in state_rows(root / "arms").items()] == [
+        ("default_seed-1 train", "done"),
+        ("lr-high_seed-1 train", "done"),
+    ]
+    for arm, lr in (("default", 1e-3), ("lr-high", 1e-2)):  # the tiny preset's lr, the arm's
+        run_dir = root / "arms" / f"{arm}_seed-1"
+        assert newest_frames(run_dir) == 64
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["train"]["label"] == arm  # what scripts/compare_runs.py groups by
+        assert float(config["ppo"]["lr"]) == lr
+
+    # A relaunch finds both arms finished by their folders.
+    code, out, err = finish(launch(path, root, "--local", "--jobs", "2"))
+    assert code == 0, out + err
+    assert "2 job(s): 2 skipped" in out and "start" not in out
 
 
 def test_killed_and_stopped_runs_resume_and_failures_are_reported(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Campaigns: a grid of training overrides x seeds, one job per run, on SLURM or on this machine.
+"""Campaigns: arms x a grid of training overrides x seeds, one job per run, on SLURM or here.
 
 - `glam.campaign.config`: the campaign file (`load_campaign`, `CampaignConfig`, `SlurmConfig`,
   `EvaluationConfig`, `LocalConfig`) and the scripts jobs may run (`ENTRY_POINTS`);

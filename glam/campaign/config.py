@@ -1,8 +1,9 @@
-"""The campaign file: a training script and preset, overrides, a grid and seeds, and resources.
+"""The campaign file: a training script, preset, overrides, arms, grid, seeds and resources.
 
-A campaign is a YAML file (see `configs/campaign/glam_paper.yaml` for every key) read into
-`CampaignConfig` by `load_campaign`, which names any unknown or missing key and any value of the
-wrong type. Whether its overrides fit the script's schema is checked later, job by job, when
+A campaign is a YAML file (see `configs/campaign/glam_paper.yaml` for every key, and
+`configs/campaign/ablation_gotoredball.yaml` for `arms`) read into `CampaignConfig` by
+`load_campaign`, which names any unknown, repeated or missing key and any value of the wrong
+type. Whether its overrides fit the script's schema is checked later, job by job, when
 the jobs are planned and composed (`glam.campaign.submission.check_jobs`).
 
 `ENTRY_POINTS` is the table of the scripts a job may run, each with the schema and the preset
@@ -16,6 +17,7 @@ import importlib
 import re
 import types
 import typing
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ TEMPLATE_DIR = REPO_ROOT / "slurm"
 RESERVED_KEYS = ("train.seed", "train.output_dir", "train.resume")
 """Overrides the launcher sets for every run; a campaign may not set them."""
 _OVERRIDE_KEY = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*$")
+_ARM_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
+"""An arm's name is the first part of its runs' folder names."""
+LABEL_KEY = "train.label"
+"""What `scripts/compare_runs.py` groups runs by; the launcher sets it to each run's arm."""
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -204,7 +210,8 @@ class LocalConfig:
 
 @dataclass
 class CampaignConfig:
-    """A campaign: `preset` + `overrides` + each point of `grid`, for each seed."""
+    """A campaign: `preset` + `overrides` + each arm of `arms` + each point of `grid`, for each
+    seed."""
 
     name: str
     """Campaign name: the folder under output_root and the prefix of job names."""
@@ -217,6 +224,11 @@ class CampaignConfig:
     (`scripts/train_baseline.py` for the symbolic_ppo and drrn presets)."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Hydra overrides shared by every run."""
+    arms: dict[str, dict[str, Any]] | None = None
+    """Arm name -> Hydra overrides on top of `overrides` (`{}`: them unchanged): the rows of an
+    ablation table, each a change of one or more keys, which a grid cannot express. Runs cover
+    arms x grid x seeds, in file order; each run is labelled with its arm (`train.label`, unless
+    the arm sets it) and its folder name starts with it (`regime_seed-1`). None: no arms."""
     grid: dict[str, list[Any]] | None = None
     """Hydra override -> values; runs cover the cartesian product. None: the seeds only."""
     output_root: str = "runs"
@@ -253,17 +265,71 @@ class CampaignConfig:
                         f"grid.{key} must be a non-empty list of values, got {values!r}"
                     )
         grid_keys = set(self.grid or {})
-        for key in [*self.overrides, *grid_keys]:
-            if not _OVERRIDE_KEY.match(key):
-                raise CampaignError(f"{key!r} is not a Hydra override key")
-            if key.lstrip("+~") in RESERVED_KEYS:
-                raise CampaignError(f"{key} is set by the launcher for each run; remove it")
+        check_override_keys([*self.overrides, *grid_keys])
         if not self.slurm.template_name.startswith("train_"):
             raise CampaignError(
                 f"slurm.template {self.slurm.template!r} is not a training template"
             )
         if both := grid_keys & set(self.overrides):
             raise CampaignError(f"keys in both overrides and grid: {sorted(both)}")
+        if self.arms is not None:
+            self._check_arms()
+
+    def _check_arms(self) -> None:
+        """Arm names that make distinct folder names; override keys as for `overrides`, none of
+        them varied by the grid; the label left to the arms."""
+        if not self.arms:
+            raise CampaignError("arms is empty; leave it out to run without arms")
+        grid_keys = {key.lstrip("+~") for key in self.grid or {}}
+        for name, changes in self.arms.items():
+            if not isinstance(name, str) or not _ARM_NAME.fullmatch(name):
+                raise CampaignError(
+                    f"arm name {name!r} is not a folder name: letters, digits and '_.-', "
+                    "starting with a letter or a digit"
+                )
+            if not isinstance(changes, dict):
+                raise CampaignError(
+                    f"arms.{name} must be a mapping of overrides ({{}} for the preset "
+                    f"unchanged), got {changes!r}"
+                )
+            check_override_keys(changes, where=f"arms.{name}: ")
+            if both := sorted(grid_keys & {key.lstrip("+~") for key in changes}):
+                raise CampaignError(
+                    f"arms.{name} sets {', '.join(both)}, which the grid varies: give the "
+                    "values to the arms, or drop the key from the grid"
+                )
+        folded = [name.casefold() for name in self.arms]
+        if clash := sorted({name for name in self.arms if folded.count(name.casefold()) > 1}):
+            raise CampaignError(
+                f"arm names {clash} differ only in case: their folders would be one on "
+                "case-insensitive file systems"
+            )
+        for where, keys in (("overrides", self.overrides), ("grid", self.grid or {})):
+            if any(key.lstrip("+~") == LABEL_KEY for key in keys):
+                raise CampaignError(
+                    f"{LABEL_KEY} in {where}: with arms, each run is labelled with its arm's "
+                    f"name; set {LABEL_KEY} in an arm to label it otherwise"
+                )
+
+    def arm_overrides(self, arm: str | None) -> dict[str, Any]:
+        """The overrides of `arm` with its label (`train.label=ARM` unless it sets one); {} for
+        None, a campaign without arms."""
+        if arm is None:
+            return {}
+        changes = self.arms[arm]
+        if any(key.lstrip("+~") == LABEL_KEY for key in changes):
+            return dict(changes)
+        return {**changes, LABEL_KEY: arm}
+
+
+def check_override_keys(keys: Any, where: str = "") -> None:
+    """Refuse what is not a Hydra override key and the keys the launcher sets for each run
+    (`RESERVED_KEYS`); `where` starts the message (`arms.NAME: `)."""
+    for key in keys:
+        if not isinstance(key, str) or not _OVERRIDE_KEY.match(key):
+            raise CampaignError(f"{where}{key!r} is not a Hydra override key")
+        if key.lstrip("+~") in RESERVED_KEYS:
+            raise CampaignError(f"{where}{key} is set by the launcher for each run; remove it")
 
 
 def parse_slurm_time(text: str) -> int:
@@ -345,12 +411,33 @@ def _type_name(hint: Any) -> str:
     return {type(None): "null", list: "a list", dict: "a mapping"}.get(origin, origin.__name__)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: PyYAML would keep the last
+    one without a word (two arms of one name, an override set twice)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # refused by the base constructor
+            if key in seen:
+                raise CampaignError(
+                    f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one "
+                    "mapping"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_campaign(path: Path) -> CampaignConfig:
     """Read and validate a campaign file."""
     if not path.is_file():
         raise CampaignError("no such campaign file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:
         raise CampaignError(f"not valid YAML: {error}") from error
     return from_mapping(CampaignConfig, data, "")

@@ -1,4 +1,4 @@
-"""A campaign's jobs: the runs of its grid x seeds, and one batch script per job.
+"""A campaign's jobs: the runs of its arms x grid x seeds, and one batch script per job.
 
 `plan_jobs` expands a `CampaignConfig` into `Job`s: for each run (`expand_runs`) a training job
 whose script is a template of `slurm/` with this run's #SBATCH lines, environment and arguments
@@ -36,17 +36,23 @@ _PLAIN_VALUE = re.compile(r"^[\w./:@+-]+$")
 
 @dataclass(frozen=True)
 class Run:
-    """One training run of a campaign: a grid point and a seed."""
+    """One training run of a campaign: an arm (if the campaign has arms), a grid point and a
+    seed."""
 
     name: str
     seed: int
     point: tuple[tuple[str, Any], ...]
     """The grid values of this run, in grid order."""
     output_dir: Path
+    arm: str | None = None
+    """The run's arm, a key of `campaign.arms`; None in a campaign without arms."""
 
     def training_overrides(self, campaign: CampaignConfig) -> list[str]:
-        """Hydra overrides of this run's training (the template appends `train.resume=true`)."""
-        overrides = {**campaign.overrides, **dict(self.point)}
+        """Hydra overrides of this run's training (the template appends `train.resume=true`):
+        the campaign's, its arm's with its label (an arm's value replaces the campaign's), its
+        grid point's, then its seed and folder."""
+        arm = campaign.arm_overrides(self.arm)
+        overrides = {**campaign.overrides, **arm, **dict(self.point)}
         return [
             *(f"{key}={format_override_value(value)}" for key, value in overrides.items()),
             f"train.seed={self.seed}",
@@ -77,9 +83,10 @@ def format_override_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def run_name(point: tuple[tuple[str, Any], ...], seed: int) -> str:
-    """Folder name of a run: `key-value` for each grid value, then the seed."""
-    parts = []
+def run_name(point: tuple[tuple[str, Any], ...], seed: int, arm: str | None = None) -> str:
+    """Folder name of a run: its arm if any, `key-value` for each grid value, then the seed
+    (`regime_ppo.lr-0.001_seed-1`)."""
+    parts = [arm] if arm is not None else []
     for key, value in point:
         text = value if isinstance(value, str) else format_override_value(value)
         parts.append(f"{key.lstrip('+~')}-" + re.sub(r"[^\w.+-]+", "-", text).strip("-"))
@@ -87,14 +94,15 @@ def run_name(point: tuple[tuple[str, Any], ...], seed: int) -> str:
 
 
 def expand_runs(campaign: CampaignConfig, output_root: Path) -> list[Run]:
-    """The cartesian product of the grid, times the seeds, in file order (seeds vary fastest)."""
+    """The arms times the cartesian product of the grid times the seeds, in file order (seeds
+    vary fastest, arms slowest)."""
     grid = campaign.grid or {}
     points = [tuple(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+    arms = list(campaign.arms) if campaign.arms is not None else [None]
     runs = []
-    for point in points:
-        for seed in campaign.seeds:
-            name = run_name(point, seed)
-            runs.append(Run(name, seed, point, output_root / campaign.name / name))
+    for arm, point, seed in itertools.product(arms, points, campaign.seeds):
+        name = run_name(point, seed, arm)
+        runs.append(Run(name, seed, point, output_root / campaign.name / name, arm))
     names = [run.name for run in runs]
     if duplicates := sorted({name for name in names if names.count(name) > 1}):
         raise CampaignError(f"grid values give the same run folder twice: {duplicates}")

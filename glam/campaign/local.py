@@ -191,9 +191,10 @@ def plan_local(campaign: CampaignConfig, jobs: list[Job], max_jobs: int) -> Loca
     if max_jobs < 1:
         raise CampaignError(f"--jobs must be >= 1, got {max_jobs}")
     local = campaign.local
+    arm_keys = [key for changes in (campaign.arms or {}).values() for key in changes]
     set_by_campaign = [
         key
-        for key in [*campaign.overrides, *(campaign.grid or {})]
+        for key in [*campaign.overrides, *arm_keys, *(campaign.grid or {})]
         + list(campaign.evaluation.overrides if campaign.evaluation else [])
         if key.lstrip("+~") in ("train.torch_threads", "eval.torch_threads")
     ]
