@@ -66,12 +66,14 @@ from omegaconf import OmegaConf
 from glam.eval.report import AGENT_FIGURES
 from glam.eval.stats import seed_interval, t_interval, t_quantile, wilson_interval
 from glam.outputs import COMPARISON, EPISODES_JSONL
+from glam.runs.summary import DIAGNOSTICS
 
 __all__ = [
     "COMPARISON_FILES",
     "DEFAULT_FIGURES",
     "DEFAULT_LABEL_KEY",
     "DEFAULT_METRICS",
+    "DIAGNOSTICS",
     "Band",
     "ComparisonError",
     "FinalRow",
@@ -240,7 +242,8 @@ def load_run(
     label_by: Sequence[str] = (DEFAULT_LABEL_KEY,),
     metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> Run:
-    """Read a run folder's `config.yaml` and `metrics.csv`, with the columns of `metrics` it has.
+    """Read a run folder's `config.yaml` and `metrics.csv`, with the columns of `metrics` and
+    `DIAGNOSTICS` it has.
 
     Raises:
         ComparisonError: not a folder, no config.yaml or metrics.csv, no logged update, a
@@ -298,7 +301,9 @@ def load_run(
         ) from None
     try:
         extra = {
-            key: metrics_table[key].to_numpy(dtype=float) for key in metrics if key in metrics_table
+            key: metrics_table[key].to_numpy(dtype=float)
+            for key in dict.fromkeys([*metrics, *DIAGNOSTICS])
+            if key in metrics_table
         }
     except (ValueError, TypeError) as error:
         raise ComparisonError(
@@ -1195,7 +1200,7 @@ def write_comparison(
             min_episodes=min_episodes,
             suite=suite,
             figures=figures,
-            metrics=metrics,
+            metrics=list(dict.fromkeys([*metrics, *DIAGNOSTICS])),
         )
     )
     plot_comparison(paths["png"], grid, bands, baselines, window, metric_curves)

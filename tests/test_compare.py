@@ -677,7 +677,9 @@ def test_a_writing_policys_invalid_answers_beside_its_success(tmp_path: Path) ->
 
     runs = [load_run(path) for path in paths]
     assert runs[0].metrics["answers/invalid_share"].tolist() == [0.9, 0.7, 0.3, 0.1]
-    assert runs[2].metrics == {} and runs[2].seconds_per_update == 1.0
+    assert "answers/invalid_share" not in runs[2].metrics and runs[2].seconds_per_update == 1.0
+    # The health diagnostics are read for every run that logged them (tabled, not drawn).
+    assert runs[2].metrics["losses/entropy"].tolist() == [1.0, 1.0, 1.0, 1.0]
     grid = np.array([100.0, 400.0])
     band = metric_bands(runs, grid, "answers/invalid_share", window=2)
     assert list(band) == ["written"]  # the scoring runs have no curve
@@ -692,6 +694,7 @@ def test_a_writing_policys_invalid_answers_beside_its_success(tmp_path: Path) ->
         in lines
     )
     assert not any(line.startswith("| scored | answers/") for line in lines)
+    assert any(line.startswith("| scored | losses/entropy | 1 | 1.000 | 1.000 |") for line in lines)
     header = next(line for line in lines if line.startswith("| label | source"))
     assert "| training wall time | invalid answers | per seed |" in header
     assert next(line for line in lines if line.startswith("| written | held-out")).endswith(
@@ -708,5 +711,7 @@ def test_a_writing_policys_invalid_answers_beside_its_success(tmp_path: Path) ->
 
     done = _compare(scored, "--out", tmp_path / "out2")
     text = (tmp_path / "out2" / "comparison.md").read_text()
-    assert "## Training metrics" not in text and "invalid answers" not in text
+    # Its health is tabled; a writing policy's figures are not made up for it.
+    assert "| scored | losses/entropy |" in text
+    assert "answers/invalid_share" not in text and "invalid answers" not in text
     assert "answers/invalid_share" not in pd.read_csv(tmp_path / "out2" / "comparison.csv")

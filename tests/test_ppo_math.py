@@ -227,3 +227,41 @@ def test_rollout_buffer_flattens_step_major() -> None:
     minibatch = batch.select(torch.tensor([4, 0]))
     assert minibatch.observations.prompts == ["p11", "p00"]
     assert minibatch.actions.tolist() == [1, 0]
+
+
+def test_gradient_split_matches_hand_computation() -> None:
+    """Two weights: one moves the log-prob, the other the value; at ratio 1 the policy's
+    gradient is -mean(A) on the first and the value's value_coef * mean(V - R) on the second."""
+    from glam.config import PPOConfig
+    from glam.ppo.diagnostics import gradient_split
+
+    weights = torch.tensor([0.3, 0.7], requires_grad=True)
+    advantages = torch.tensor([1.0, -3.0])  # mean -1: the policy's gradient is +1
+    returns = torch.tensor([0.2, 0.2])  # V - R = 0.5: the value's gradient is 0.5 * 0.5
+    old = torch.full((2,), 0.3)
+    logprobs, values = weights[0].expand(2), weights[1].expand(2)
+    ppo = PPOConfig(value_coef=0.5, entropy_coef=0.0)
+    split = gradient_split(
+        logprobs, old, advantages, values, values.detach(), returns, torch.zeros(2), ppo, [weights]
+    )
+    assert split["grad/policy_norm"] == pytest.approx(1.0)
+    assert split["grad/value_norm"] == pytest.approx(0.25)
+    assert split["grad/value_share"] == pytest.approx(0.0625 / 1.0625)
+    assert split["grad/cosine"] == pytest.approx(0.0)
+    assert weights.grad is None  # a diagnostic: nothing accumulated
+
+    # One weight moving both: the two gradients are +1 and +0.25 on it, the cosine is 1.
+    shared = torch.tensor(0.3, requires_grad=True)
+    split = gradient_split(
+        shared.expand(2),
+        old,
+        advantages,
+        shared.expand(2) + 0.4,
+        torch.full((2,), 0.7),
+        returns,
+        torch.zeros(2),
+        ppo,
+        [shared],
+    )
+    assert split["grad/cosine"] == pytest.approx(1.0)
+    assert split["grad/value_share"] == pytest.approx(0.0625 / 1.0625)

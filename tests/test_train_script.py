@@ -104,6 +104,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert result.returncode == 0, result.stderr
     assert "done: 128 frames in 2 updates" in result.stdout
+    assert "health over the first and the last 5 updates" in result.stdout
     return run_dir
 
 
@@ -120,6 +121,11 @@ def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> Non
         "losses/approx_kl",
         "losses/clip_fraction",
         "losses/explained_variance",
+        "losses/grad_norm",
+        "grad/policy_norm",
+        "grad/value_norm",
+        "grad/value_share",
+        "grad/cosine",
         "charts/success_rate",
         "charts/episode_return",
         "charts/episode_length",
@@ -128,6 +134,8 @@ def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> Non
     ):
         assert metric in header
     assert metric_updates(finished_run) == [1, 2]
+    summary = yaml.safe_load((finished_run / "summary.json").read_text())
+    assert summary["updates"] == 2 and "grad/value_share" in summary["end"]
     assert list((finished_run / "tensorboard").glob("events.out.tfevents.*"))
     assert (finished_run / "checkpoints" / "latest").read_text().strip() == "update_000002"
 

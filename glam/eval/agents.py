@@ -33,6 +33,7 @@ __all__ = [
     "BotAgent",
     "ConstantAgent",
     "Decision",
+    "FixedAgent",
     "FormattedHistory",
     "History",
     "RandomAgent",
@@ -202,6 +203,27 @@ class ConstantAgent(Agent):
                 "have no such action"
             )
         return [Decision(actions.index(self.minigrid_action)) for _ in request.prompts]
+
+
+class FixedAgent(Agent):
+    """A state-blind policy: each step an action drawn from the same probabilities, whatever the
+    observation (`agent.probs`, in the order of the suite's actions). The best such policy of a
+    level is the success a policy that learned only the actions' frequencies can reach."""
+
+    prompt_format = "none"
+
+    def __init__(self, probs: Sequence[float]) -> None:
+        self.probs = np.asarray(probs, dtype=np.float64)
+        self.probs /= self.probs.sum()  # the config allows a rounding error of 1e-6
+        self.name = "fixed:[" + ",".join(f"{p:g}" for p in probs) + "]"
+
+    def act(self, request: ActRequest) -> list[Decision]:
+        if len(self.probs) != len(request.action_words):
+            raise ValueError(
+                f"agent.probs has {len(self.probs)} probabilities; the suite's action space has "
+                f"{len(request.action_words)} actions ({', '.join(request.action_words)})"
+            )
+        return [Decision(int(rng.choice(len(self.probs), p=self.probs))) for rng in request.rngs]
 
 
 class BotAgent(Agent):

@@ -22,6 +22,7 @@ from glam.eval.agents import (
     Agent,
     BotAgent,
     ConstantAgent,
+    FixedAgent,
     FormattedHistory,
     History,
     RandomAgent,
@@ -76,6 +77,8 @@ def agent_label(cfg: AgentConfig) -> str:
         return cfg.kind
     if cfg.kind == "constant":
         return f"constant:{cfg.action}"
+    if cfg.kind == "fixed":
+        return FixedAgent(cfg.probs).name
     if cfg.kind == "mediator":
         ask = cfg.ask
         rule = f"random(p={ask.probability:g})" if ask.mode == "random" else ask.mode
@@ -138,6 +141,8 @@ def build_agent(
         return RandomAgent()
     if cfg.kind == "constant":
         return ConstantAgent(cfg.action)
+    if cfg.kind == "fixed":
+        return FixedAgent(cfg.probs)
     if cfg.kind == "bot":
         return BotAgent()
     if cfg.kind == "teacher":

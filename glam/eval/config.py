@@ -6,6 +6,8 @@ schema is structured. Each field is documented once, under it, and checked in `_
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from babyai_text.actions import get_action_space
@@ -32,6 +34,7 @@ AGENT_KINDS: tuple[str, ...] = (
     "bc",
     "random",
     "constant",
+    "fixed",
     "bot",
     "teacher",
     "mediator",
@@ -64,7 +67,8 @@ class AgentConfig:
     kind: str = "zero_shot"
     """`checkpoint` (a trained run or saved policy: language model, BabyAI's symbolic
     actor-critic or DRRN), `zero_shot` (any model), `bc` (behavioural cloning adapter), `random`,
-    `constant` (`agent.action` every step), `bot` (BabyAI's planner, which reads the grid, not
+    `constant` (`agent.action` every step), `fixed` (a state-blind policy: `agent.probs` every
+    step), `bot` (BabyAI's planner, which reads the grid, not
     the text), `teacher` (LLM4Teach's teacher alone, `agent.teacher`) or `mediator` (LLM4RL's
     planner and skills asked by a rule, `agent.ask`, no network). A checkpoint of a run trained
     with `ask.mode` other than `none` plays its mediated envs, built from the run's `ask`
@@ -112,6 +116,12 @@ class AgentConfig:
     """`constant`: the action played every step, a word of the default actions (`go forward`:
     what BALROG's protocol plays for an answer that names no action, so a model that never names
     one scores exactly this agent's episodes)."""
+    probs: list[float] | None = None
+    """`fixed`: the probability of each action of the suite's action space, in its order
+    (`nav`: turn left, turn right, go forward), drawn afresh every step whatever the
+    observation; `[0.25, 0.25, 0.5]` goes forward half the time. It always samples (greedy play
+    would be a constant agent). `scripts/state_blind_ceiling.py` finds the best such policy of a
+    level: what an agent that never reads the observation can reach."""
     planner: str | None = None
     """A checkpoint of a mediator: consult this planner (`llm` or `bot`) instead of its run's,
     a language model's settings (model, backend, endpoint, cache) taken from `agent.ask`; the
@@ -129,6 +139,7 @@ class AgentConfig:
             raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
         if self.kind == "constant":
             check_choice("agent.action", self.action, get_action_space("default").words)
+        self.probs = check_probs(self.probs, self.kind)
         if self.kind in ("checkpoint", "bc") and not self.path:
             raise ValueError(f"agent.kind={self.kind} needs agent.path (the trained folder)")
         if self.protocol == "generation" and self.kind not in GENERATION_KINDS:
@@ -163,6 +174,28 @@ class AgentConfig:
                 f"agent.kind={self.kind}; a checkpoint plays with its run's own ask settings "
                 "(its config.yaml)"
             )
+
+
+def check_probs(probs: Sequence[float] | None, kind: str) -> list[float] | None:
+    """`agent.probs` as a list of floats: given with `agent.kind=fixed` only, non-negative and
+    summing to 1 (within 1e-6).
+
+    Raises:
+        ValueError: otherwise, naming what to change.
+    """
+    if kind != "fixed":
+        if probs is not None:
+            raise ValueError(f"agent.probs is for agent.kind=fixed, not agent.kind={kind}")
+        return None
+    if probs is None or len(probs) == 0:
+        raise ValueError(
+            "agent.kind=fixed needs agent.probs, one probability per action of the action space "
+            "(e.g. agent.probs=[0.25,0.25,0.5] for turn left, turn right, go forward)"
+        )
+    values = [float(p) for p in probs]
+    if not all(math.isfinite(p) and p >= 0 for p in values) or abs(sum(values) - 1) > 1e-6:
+        raise ValueError(f"agent.probs={values} must be non-negative and sum to 1")
+    return values
 
 
 @dataclass

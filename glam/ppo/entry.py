@@ -29,6 +29,7 @@ from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
 from glam.run_config import TrainingRunConfig
 from glam.runs.errors import RunWriteError
 from glam.runs.folder import latest_checkpoint
+from glam.runs.summary import format_summary, write_summary
 
 Trainer = Callable[..., object]
 """`(cfg, accelerator, run_dir, stop) -> TrainResult`, e.g. `glam.ppo.trainer.train`."""
@@ -101,6 +102,9 @@ def _train_and_report(
             f"{result.state.update} (frames {result.state.frames}) in {result.checkpoint}"
         )
     else:
+        if accelerator.is_main_process:  # the run's health; "done" stays the last line
+            summary, path = write_summary(run_dir)
+            print(f"{format_summary(summary)}\nwrote {path}", flush=True)
         accelerator.print(
             f"done: {result.state.frames} frames in {result.state.update} updates; "
             f"checkpoint {result.checkpoint}"

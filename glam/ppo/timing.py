@@ -3,8 +3,10 @@ process's peak memory (`memory/peak_rss_mib`); in a multi-process run, those of 
 
 The phases of one update: the rollout's policy forwards (`rollout_forward`) and env steps with
 the buffer's bookkeeping (`env_step`); the update's forwards with the loss (`forward`), backwards
-(`backward`), gradient clipping and optimizer steps (`optimizer`), and the forward that
-recomputes the old log-probs when the rollout ran in another precision (`recompute`).
+(`backward`), gradient clipping and optimizer steps (`optimizer`), the forward that
+recomputes the old log-probs when the rollout ran in another precision (`recompute`), and the
+split of the first micro-batch's gradient into its policy and value parts (`diagnostics`,
+`glam.ppo.diagnostics`).
 
 On a CPU every phase ends when its work ends. On a GPU kernels run asynchronously: a phase is
 charged when the host waits on it, which the trainer does at each `.item()` (every micro-batch's
@@ -20,7 +22,15 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-PHASES = ("rollout_forward", "env_step", "recompute", "forward", "backward", "optimizer")
+PHASES = (
+    "rollout_forward",
+    "env_step",
+    "recompute",
+    "diagnostics",
+    "forward",
+    "backward",
+    "optimizer",
+)
 
 
 class PhaseClock:

@@ -52,6 +52,7 @@ from glam.policy.writer import WritingActorCritic
 from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.algorithms import PPO, Algorithm, build_algorithm
 from glam.ppo.buffer import RolloutBuffer, Transitions, sequence_positions
+from glam.ppo.diagnostics import gradient_split
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.losses import explained_variance, normalize_advantages
@@ -427,6 +428,13 @@ def ppo_update(
         with clock.phase("recompute"):
             _recompute_old_logprobs(model, batch, orders[0], sequences, micro_sequences, recurrence)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    split = {}
+    if algorithm.name == "ppo" and accelerator.distributed_type != DistributedType.DEEPSPEED:
+        first = orders[0].split(sequences)[0].split(micro_sequences)[0]
+        with clock.phase("diagnostics"):
+            split = _gradient_split(
+                accelerator, model, batch.select(sequence_positions(first, recurrence)), ppo
+            )
 
     sums: dict[str, float] = defaultdict(float)
     # The algorithm's stats stay on the device, in float64 (the sums Python's floats gave), and
@@ -485,7 +493,34 @@ def ppo_update(
     deviation = first_deviation.reshape(1).to(device, torch.float64)
     metrics["debug/first_ratio_deviation"] = _reduce_max(accelerator, deviation)
     metrics["charts/epochs"] = float(epochs_run)
-    return metrics
+    return metrics | split
+
+
+def _gradient_split(
+    accelerator: Accelerator, model: torch.nn.Module, mb: Transitions, ppo: PPOConfig
+) -> dict[str, float]:
+    """`glam.ppo.diagnostics.gradient_split` on the micro-batch `mb`, through the policy
+    module itself (no DDP hook fires), averaged over processes."""
+    module = accelerator.unwrap_model(model)
+    device = accelerator.device
+    recurrence = 1 if mb.memories is None else ppo.recurrence
+    with accelerator.autocast():
+        output = policy_output(module, mb, recurrence)
+    split = gradient_split(
+        output.dist.log_prob(mb.actions.to(device)).float(),
+        mb.logprobs.to(device),
+        mb.advantages.to(device),
+        output.values.float(),
+        mb.values.to(device),
+        mb.returns.to(device),
+        output.dist.entropy().float(),
+        ppo,
+        [p for p in module.parameters() if p.requires_grad],
+    )
+    reduced = accelerator.reduce(
+        torch.tensor(list(split.values()), device=device, dtype=torch.float64), "mean"
+    )
+    return dict(zip(split, reduced.tolist(), strict=True))
 
 
 def _chunk_loss(
