@@ -161,6 +161,12 @@ class AdapterConfig:
     `layers_to_transform`. For an encoder-decoder model the layers are the decoder's, and the
     encoder gets no adapter. With the layers below the adapted ones frozen, the PPO update runs
     from their cached output (`ppo.cache_trunk`)."""
+    init: str = ""
+    """A LoRA adapter in peft's format (a folder with `adapter_config.json` and
+    `adapter_model.safetensors`, as behavioural cloning writes into `bc.output_dir`) whose
+    weights start the adapter, instead of LoRA's zero update: a warm start. Its rank, alpha,
+    target modules and layers must be this adapter's. Empty: LoRA's own initialisation. A
+    resumed run starts from its checkpoint's adapter whatever this says."""
 
     def __post_init__(self) -> None:
         check_positive("model.lora.r", self.r)

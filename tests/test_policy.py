@@ -422,3 +422,33 @@ def test_embedded_model_policy_with_lora_round_trip(tmp_path):
         a, b = policy(prompts, candidates), restored(prompts, candidates)
     torch.testing.assert_close(a.logits[a.mask], b.logits[b.mask])
     torch.testing.assert_close(a.values, b.values)
+
+
+def test_an_adapter_warm_starts_from_a_saved_one_of_the_same_shape(tmp_path):
+    """`model.lora.init`: the saved adapter's weights, every one, and so the same scores; an
+    adapter of another shape, or a folder without one, is refused."""
+    from dataclasses import replace
+
+    trained = lora_policy()
+    perturb_adapter(trained)
+    trained.model.save_pretrained(tmp_path / "bc")  # peft's format, as behavioural cloning's
+    model, tokenizer = tiny_causal_lm("llama")
+    warm = replace(LORA, lora=replace(LORA.lora, init=str(tmp_path / "bc")))
+    started = LLMActorCritic.from_model(model, tokenizer, warm, SMALL_HEADS, ACTION_WORDS)
+    saved = dict(trained.model.named_parameters())
+    for name, parameter in started.model.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(parameter, saved[name]), name
+    with torch.no_grad():
+        assert torch.allclose(
+            started(PROMPTS, CANDIDATES).logits, trained(PROMPTS, CANDIDATES).logits, atol=1e-6
+        )
+
+    model, tokenizer = tiny_causal_lm("llama")
+    other_rank = replace(warm, lora=replace(warm.lora, r=8))
+    with pytest.raises(ValueError, match="its adapter has r=4, this run's 8"):
+        LLMActorCritic.from_model(model, tokenizer, other_rank, SMALL_HEADS, ACTION_WORDS)
+    model, tokenizer = tiny_causal_lm("llama")
+    nothing = replace(warm, lora=replace(warm.lora, init=str(tmp_path)))
+    with pytest.raises(FileNotFoundError, match="holds no adapter_config.json"):
+        LLMActorCritic.from_model(model, tokenizer, nothing, SMALL_HEADS, ACTION_WORDS)

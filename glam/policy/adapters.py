@@ -8,12 +8,15 @@ hence the table; families not in it fall back to peft's own table.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
-from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model, set_peft_model_state_dict
 from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+from safetensors.torch import load_file
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -88,7 +91,54 @@ def apply_lora(model: PreTrainedModel, adapter: AdapterConfig) -> PeftModel:
         **placement,
     )
     with quiet_peft():
-        return get_peft_model(model, config)
+        adapted = get_peft_model(model, config)
+    if adapter.init:
+        load_adapter_weights(adapted, adapter.init)
+    return adapted
+
+
+def load_adapter_weights(model: PeftModel, folder: str | Path) -> None:
+    """Copy the LoRA weights saved in `folder` (peft's format) into `model`'s adapter, which
+    must have the same rank, alpha, target modules and layers (`model.lora.init`).
+
+    Raises:
+        FileNotFoundError: `folder` holds no adapter_config.json or adapter_model.safetensors.
+        ValueError: the saved adapter is shaped otherwise, or its weights do not cover the
+            model's adapter exactly.
+    """
+    folder = Path(folder)
+    files = [folder / "adapter_config.json", folder / "adapter_model.safetensors"]
+    missing = [path.name for path in files if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"model.lora.init={str(folder)!r} holds no {' or '.join(missing)}: give the folder of "
+            "a LoRA adapter in peft's format (a behavioural-cloning policy's bc.output_dir)"
+        )
+    saved = json.loads(files[0].read_text())
+    built = model.peft_config["default"]
+    for key in ("r", "lora_alpha", "target_modules", "layers_to_transform"):
+        ours, theirs = _comparable(key, getattr(built, key)), _comparable(key, saved.get(key))
+        if ours != theirs:
+            raise ValueError(
+                f"model.lora.init={str(folder)!r}: its adapter has {key}={theirs}, this run's "
+                f"{ours}; set model.lora to the saved adapter's shape"
+            )
+    result = set_peft_model_state_dict(model, load_file(files[1]))
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    missing_keys = trained & set(result.missing_keys)
+    if result.unexpected_keys or missing_keys:
+        raise ValueError(
+            f"model.lora.init={str(folder)!r}: its weights do not match this adapter "
+            f"({len(result.unexpected_keys)} unexpected, {len(missing_keys)} missing)"
+        )
+
+
+def _comparable(key: str, value: object) -> object:
+    """A LoRA setting as either config may hold it: modules as a set or a list, one layer bare
+    or in a list."""
+    if isinstance(value, (set, list, tuple)):
+        return sorted(value)
+    return [value] if key == "layers_to_transform" and isinstance(value, int) else value
 
 
 def train_only_layers(model: PreTrainedModel, layers: int | list[int]) -> list[int]:

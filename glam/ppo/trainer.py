@@ -1037,7 +1037,9 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
         raise SetupError(f"model.name_or_path={cfg.model.name_or_path!r}: {error}") from None
     except CheckpointError as error:
         raise SetupError(f"cannot resume: {error}") from None
-    except ValueError as error:  # a writing policy on an encoder-decoder model...
+    # A writing policy on an encoder-decoder model, a warm start's adapter of another shape
+    # or missing (`model.lora.init`)...
+    except (ValueError, FileNotFoundError) as error:
         raise SetupError(str(error)) from None
 
 
