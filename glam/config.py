@@ -272,6 +272,10 @@ class PolicyConfig:
     """Hidden layer widths of the value MLP (and of the action-heads MLP)."""
     value_activation: str = "sigmoid"
     """Activation of the head MLPs: sigmoid (as in the original), relu, tanh or gelu."""
+    value_norm: bool = False
+    """Standardise the value head's input per dimension with running statistics of the
+    rollouts' states (`glam.policy.heads.RunningNorm`): a pretrained model's last-token state
+    holds a few large, nearly constant dimensions that dwarf what differs between states."""
     value_from_base: bool = False
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
     prompt_format: str = "glam"

@@ -452,3 +452,40 @@ def test_an_adapter_warm_starts_from_a_saved_one_of_the_same_shape(tmp_path):
     nothing = replace(warm, lora=replace(warm.lora, init=str(tmp_path)))
     with pytest.raises(FileNotFoundError, match="holds no adapter_config.json"):
         LLMActorCritic.from_model(model, tokenizer, nothing, SMALL_HEADS, ACTION_WORDS)
+
+
+def test_running_norm_merges_batches_into_the_whole_datas_statistics():
+    from glam.policy.heads import RunningNorm
+
+    norm = RunningNorm(3)
+    data = torch.randn(50, 3, generator=torch.Generator().manual_seed(0)) * 4 + 7
+    assert torch.equal(norm(data.clone().requires_grad_()), data)  # no statistics yet: identity
+    norm.eval()
+    with torch.no_grad():
+        for part in data.split([1, 7, 20, 22]):  # uneven batches, one of a single row
+            norm(part)
+    assert norm.count.item() == 50
+    torch.testing.assert_close(norm.mean, data.double().mean(0))
+    torch.testing.assert_close(norm.var, data.double().var(0, unbiased=False))
+    norm.train()  # the update's forwards read the statistics without moving them
+    out = norm(data)
+    assert norm.count.item() == 50
+    torch.testing.assert_close(out.mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.std(0, unbiased=False), torch.ones(3), atol=1e-4, rtol=0)
+
+
+def test_a_normalised_value_head_keeps_its_statistics_in_a_checkpoint(tmp_path):
+    folder = save_tiny_model(tmp_path / "tiny", "llama")
+    model_cfg = ModelConfig(name_or_path=str(folder), lora=AdapterConfig(r=4, alpha=8))
+    heads = PolicyConfig(value_hidden_sizes=[16], value_norm=True)
+    policy = LLMActorCritic.from_config(model_cfg, heads, ACTION_WORDS)
+    policy.eval()
+    with torch.no_grad():
+        values = policy(PROMPTS, CANDIDATES).values  # the rollout's forward: statistics move
+    assert policy.value_head.norm.count.item() == len(PROMPTS)
+    policy.save_pretrained(tmp_path / "policy")
+    restored = LLMActorCritic.from_pretrained(tmp_path / "policy")
+    assert restored.policy_cfg.value_norm
+    torch.testing.assert_close(restored.value_head.norm.mean, policy.value_head.norm.mean)
+    restored.train()  # the update's forward: the same statistics, the same values
+    torch.testing.assert_close(restored(PROMPTS, CANDIDATES).values, values, atol=1e-5, rtol=0)

@@ -47,19 +47,73 @@ def run_fp32(net: nn.Module, hidden: Tensor) -> Tensor:
         return net(hidden.float())
 
 
+class RunningNorm(nn.Module):
+    """Per-dimension standardisation with running statistics: `(x - mean) / sqrt(var + eps)`,
+    clipped to +-`clip`.
+
+    The statistics are those of every batch it has seen in eval mode without gradients (the
+    rollout's forwards; an evaluation's too), merged exactly (Chan et al.'s parallel variance),
+    and fixed in train mode (the update) and under autograd. Before any batch it is the identity.
+    They are buffers: saved and restored with the head.
+    """
+
+    def __init__(self, features: int, eps: float = 1e-5, clip: float = 10.0) -> None:
+        super().__init__()
+        self.eps, self.clip = eps, clip
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(features, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(features, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: Tensor) -> None:
+        """Merge the statistics of the rows of `x` `(B, features)` into the running ones."""
+        x = x.detach().to(torch.float64)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training and not torch.is_grad_enabled():
+            self.update(x)
+        if not self.count:
+            return x
+        scale = (self.var + self.eps).rsqrt()
+        normed = (x.to(torch.float64) - self.mean) * scale
+        return normed.clamp(-self.clip, self.clip).to(x.dtype)
+
+
 class ValueHead(nn.Module):
-    """State value from the prompt representation: (B, hidden_size) -> (B,)."""
+    """State value from the prompt representation: (B, hidden_size) -> (B,).
+
+    `normalize` standardises its input first (`RunningNorm`): the last prompt token's state of a
+    pretrained model holds a few large, nearly constant dimensions (SmolLM2-135M on GoToRedBall:
+    5 dimensions carry 59% of its squared norm, and 0.7% of it varies between prompts,
+    docs/diagnosis_gotoredball.md), so an MLP on the raw state sees the differences between
+    states at a small fraction of its input's scale.
+    """
 
     def __init__(
         self,
         hidden_size: int,
         hidden_sizes: Sequence[int] = (1024, 1024),
         activation: str = "sigmoid",
+        normalize: bool = False,
     ) -> None:
         super().__init__()
+        self.norm = RunningNorm(hidden_size) if normalize else None
         self.net = mlp(hidden_size, hidden_sizes, 1, activation)
 
     def forward(self, hidden: Tensor) -> Tensor:
+        if self.norm is not None:
+            with torch.autocast(device_type=hidden.device.type, enabled=False):
+                hidden = self.norm(hidden.float())
         return run_fp32(self.net, hidden).squeeze(-1)
 
 

@@ -121,7 +121,9 @@ class LLMActorCritic(nn.Module):
         self.trunk_cut: TrunkCut | None = None
         """Where the frozen trunk ends once `enable_trunk_cache` was called; None: off."""
         hidden_size = unwrap_model(model).config.get_text_config().hidden_size
-        self.value_head = ValueHead(hidden_size, cfg.value_hidden_sizes, cfg.value_activation)
+        self.value_head = ValueHead(
+            hidden_size, cfg.value_hidden_sizes, cfg.value_activation, cfg.value_norm
+        )
         self.action_heads = (
             ActionHeads(
                 hidden_size, len(self.action_words), cfg.value_hidden_sizes, cfg.value_activation
