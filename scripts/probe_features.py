@@ -210,6 +210,17 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
         lines.append(
             f"| {task} | {len(result['classes'])} | " + " | ".join(f"{c:.3f}" for c in cells) + " |"
         )
+    lines += [
+        "",
+        "| layer | mean norm | top-5 dims' share | varying share |",
+        "|---|---:|---:|---:|",
+    ]
+    for layer in layers:
+        stats = report["feature_statistics"][f"layer_{layer}"]
+        lines.append(
+            f"| {layer} | {stats['mean_norm']:.1f} | {stats['top5_share']:.3f} "
+            f"| {stats['varying_share']:.4f} |"
+        )
     return "\n".join(lines)
 
 

@@ -358,3 +358,13 @@ def test_script_probes_a_run_with_its_own_prompt_settings(tiny_run: Path, tmp_pa
     done = _script(*args, "--action-space", "default")
     assert done.returncode == 2
     assert "the run's actions" in done.stderr
+
+
+def test_feature_statistics_by_hand() -> None:
+    from glam.eval.feature_probe import feature_statistics
+
+    # Two states: dimension 0 constant at 3, dimension 1 at +1 and -1.
+    stats = feature_statistics(torch.tensor([[3.0, 1.0], [3.0, -1.0]]), top=1)
+    assert stats["mean_norm"] == pytest.approx(10**0.5)
+    assert stats["top1_share"] == pytest.approx(9 / 10)  # |mean| 3 against 0
+    assert stats["varying_share"] == pytest.approx(1 / 10)  # var (0 + 1) over E[x^2] (9 + 1)

@@ -70,6 +70,7 @@ __all__ = [
     "check_layers",
     "check_level",
     "choose_l2",
+    "feature_statistics",
     "fit_linear_probe",
     "last_token_states",
     "majority_accuracy",
@@ -648,6 +649,24 @@ def probe_states(
         "seed": seed,
         "hand_made_features": list(TARGET_FEATURES),
         "tasks": tasks,
+        "feature_statistics": {
+            f"layer_{layer}": feature_statistics(tensor) for layer, tensor in features.items()
+        },
+    }
+
+
+def feature_statistics(features: Tensor, top: int = 5) -> dict[str, float]:
+    """How much of the states `(N, D)` differs between states: their mean norm, the share of
+    their squared norm in the `top` dimensions of largest mean magnitude, and the share of
+    their second moment that varies between states (`sum var / sum E[x^2]`). A head reading
+    the raw states sees what differs at about the square root of that share of their scale."""
+    x = features.double()
+    second_moment = x.square().mean(0)
+    largest = x.mean(0).abs().topk(min(top, x.shape[1])).indices
+    return {
+        "mean_norm": float(x.norm(dim=1).mean()),
+        f"top{top}_share": float(second_moment[largest].sum() / second_moment.sum()),
+        "varying_share": float(x.var(0, unbiased=False).sum() / second_moment.sum()),
     }
 
 
