@@ -230,38 +230,60 @@ def test_rollout_buffer_flattens_step_major() -> None:
 
 
 def test_gradient_split_matches_hand_computation() -> None:
-    """Two weights: one moves the log-prob, the other the value; at ratio 1 the policy's
-    gradient is -mean(A) on the first and the value's value_coef * mean(V - R) on the second."""
+    """A shared weight moves both the log-prob and the value, a second only the value (a value
+    head's own): at ratio 1 the policy's gradient on the shared weight is -mean(A), the value's
+    value_coef * mean(V - R); the second weight is left out of the split."""
     from glam.config import PPOConfig
     from glam.ppo.diagnostics import gradient_split
 
-    weights = torch.tensor([0.3, 0.7], requires_grad=True)
+    shared = torch.tensor(0.3, requires_grad=True)
+    head = torch.tensor(0.4, requires_grad=True)
     advantages = torch.tensor([1.0, -3.0])  # mean -1: the policy's gradient is +1
     returns = torch.tensor([0.2, 0.2])  # V - R = 0.5: the value's gradient is 0.5 * 0.5
     old = torch.full((2,), 0.3)
-    logprobs, values = weights[0].expand(2), weights[1].expand(2)
+    values = (shared + head).expand(2)  # 0.7
     ppo = PPOConfig(value_coef=0.5, entropy_coef=0.0)
-    split = gradient_split(
-        logprobs, old, advantages, values, values.detach(), returns, torch.zeros(2), ppo, [weights]
-    )
-    assert split["grad/policy_norm"] == pytest.approx(1.0)
-    assert split["grad/value_norm"] == pytest.approx(0.25)
-    assert split["grad/value_share"] == pytest.approx(0.0625 / 1.0625)
-    assert split["grad/cosine"] == pytest.approx(0.0)
-    assert weights.grad is None  # a diagnostic: nothing accumulated
-
-    # One weight moving both: the two gradients are +1 and +0.25 on it, the cosine is 1.
-    shared = torch.tensor(0.3, requires_grad=True)
     split = gradient_split(
         shared.expand(2),
         old,
         advantages,
-        shared.expand(2) + 0.4,
-        torch.full((2,), 0.7),
+        values,
+        values.detach(),
         returns,
         torch.zeros(2),
         ppo,
-        [shared],
+        [shared, head],
     )
-    assert split["grad/cosine"] == pytest.approx(1.0)
+    assert split["grad/policy_norm"] == pytest.approx(1.0)
+    assert split["grad/value_norm"] == pytest.approx(0.25)
     assert split["grad/value_share"] == pytest.approx(0.0625 / 1.0625)
+    assert split["grad/cosine"] == pytest.approx(1.0)  # both push the shared weight up
+    assert shared.grad is None and head.grad is None  # a diagnostic: nothing accumulated
+
+    # Advantages of the other sign: the policy pulls the shared weight the other way.
+    split = gradient_split(
+        shared.expand(2),
+        old,
+        -advantages,
+        values,
+        values.detach(),
+        returns,
+        torch.zeros(2),
+        ppo,
+        [shared, head],
+    )
+    assert split["grad/cosine"] == pytest.approx(-1.0)
+
+    # Nothing shared (a critic of its own): no split to report.
+    split = gradient_split(
+        shared.expand(2),
+        old,
+        advantages,
+        head.expand(2),
+        head.detach().expand(2),
+        returns,
+        torch.zeros(2),
+        ppo,
+        [shared, head],
+    )
+    assert all(math.isnan(value) for value in split.values())

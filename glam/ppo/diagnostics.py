@@ -5,13 +5,17 @@ prompt token, LoRA below it), one clipped gradient carries both objectives. When
 loss's gradient is much larger than the policy's, clipping the sum to `ppo.max_grad_norm`
 shrinks the policy's step, and Adam's per-weight scaling follows the value's gradient: the
 policy learns slowly whatever its advantages say. `gradient_split` measures it on the update's
-first micro-batch, before any step (so the ratio is 1 and nothing is clipped yet):
+first micro-batch, before any step (so the ratio is 1 and nothing is clipped yet), over the
+weights both parts train (the shared ones: the adapter or the trunk; not the value head's own
+weights, which only the value loss trains, nor the action heads'):
 
 - `grad/policy_norm`: the norm of the gradient of `policy_loss - entropy_coef * entropy`;
 - `grad/value_norm`: the norm of the gradient of `value_coef * value_loss`;
 - `grad/value_share`: `|g_v|^2 / (|g_p|^2 + |g_v|^2)`, the value's share of the two squared
-  norms (0: the gradient is the policy's; 1: it is the value's);
+  norms (0: the shared weights move for the policy; 1: for the value);
 - `grad/cosine`: the cosine between the two (negative: they pull the shared weights apart).
+
+NaN where no weight is shared (a critic of its own).
 
 It costs one more forward and two backward passes of one micro-batch per update, and runs on
 the policy module itself (outside DDP's hooks, so it never syncs), on each process's own
@@ -44,46 +48,46 @@ def gradient_split(
     parameters: Sequence[torch.Tensor],
 ) -> dict[str, float]:
     """The `GRADIENT_SPLIT_KEYS` of PPO's loss on one micro-batch (the tensors of `ppo_loss`,
-    still attached to the graph of `parameters`); `parameters` get no `.grad`."""
-    settings = dict(clip_eps=ppo.clip_eps, value_clip_eps=ppo.value_clip_eps)
+    still attached to the graph of `parameters`), over the parameters both parts reach;
+    `parameters` get no `.grad`."""
+    settings = dict(
+        clip_eps=ppo.clip_eps,
+        value_clip_eps=ppo.value_clip_eps,
+        value_coef=ppo.value_coef,
+        entropy_coef=ppo.entropy_coef,
+    )
+    # Each part is PPO's loss with the other part's inputs detached: its gradient is that
+    # part's alone, and a weight the part does not reach gets none (not a zero).
     policy_part, _ = ppo_loss(
         output_logprobs,
         old_logprobs,
         advantages,
-        values,
+        values.detach(),
         old_values,
         returns,
         entropy,
-        value_coef=0.0,
-        entropy_coef=ppo.entropy_coef,
         **settings,
     )
-    whole, _ = ppo_loss(
-        output_logprobs,
+    value_part, _ = ppo_loss(
+        output_logprobs.detach(),
         old_logprobs,
         advantages,
         values,
         old_values,
         returns,
-        entropy,
-        value_coef=ppo.value_coef,
-        entropy_coef=ppo.entropy_coef,
+        entropy.detach(),
         **settings,
     )
-    value_part = whole - policy_part
     grads = [
         torch.autograd.grad(part, parameters, retain_graph=True, allow_unused=True)
         for part in (policy_part, value_part)
     ]
-    flat = [
-        torch.cat(
-            [
-                (g if g is not None else torch.zeros_like(p)).reshape(-1).double()
-                for g, p in zip(part, parameters, strict=True)
-            ]
-        )
-        for part in grads
+    shared = [
+        (g_p, g_v) for g_p, g_v in zip(*grads, strict=True) if g_p is not None and g_v is not None
     ]
+    if not shared:
+        return dict.fromkeys(GRADIENT_SPLIT_KEYS, float("nan"))
+    flat = [torch.cat([pair[k].reshape(-1).double() for pair in shared]) for k in (0, 1)]
     policy_norm, value_norm = (float(v.norm()) for v in flat)
     squares = policy_norm**2 + value_norm**2
     product = policy_norm * value_norm
