@@ -168,7 +168,8 @@ def separator(prompt: str) -> str:
     return "" if not prompt or prompt[-1].isspace() else " "
 
 
-def _appends_eos(tokenizer: PreTrainedTokenizerBase) -> bool:
+def appends_eos(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer appends an EOS token to every text (T5-like): no part of a prompt."""
     if tokenizer.eos_token_id is None:
         return False
     with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
@@ -229,7 +230,7 @@ def tokenize_candidates(
             for a in actions
         ]
         joint_ids, joint_lengths = _encode(tokenizer, joint, add_special_tokens=True)
-        if _appends_eos(tokenizer):  # the EOS is the last real token: shorten to drop it
+        if appends_eos(tokenizer):  # the EOS is the last real token: shorten to drop it
             prompt_lengths, joint_lengths = prompt_lengths - 1, joint_lengths - 1
         starts = prompt_lengths[prompt_index]
         candidate_lengths = joint_lengths - starts
@@ -856,7 +857,7 @@ def prompt_states(
     model = unwrap_model(model)
     side = _resolve_padding_side(tokenizer, padding_side)
     ids, lengths = _encode(tokenizer, list(prompts), add_special_tokens=True)
-    if kind == "causal" and _appends_eos(tokenizer):
+    if kind == "causal" and appends_eos(tokenizer):
         lengths = lengths - 1
     if kind == "encoder_decoder" and not _relative_decoder_positions(model):
         side = "right"  # absolute positions: left padding would shift them

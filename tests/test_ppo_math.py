@@ -240,50 +240,29 @@ def test_gradient_split_matches_hand_computation() -> None:
     head = torch.tensor(0.4, requires_grad=True)
     advantages = torch.tensor([1.0, -3.0])  # mean -1: the policy's gradient is +1
     returns = torch.tensor([0.2, 0.2])  # V - R = 0.5: the value's gradient is 0.5 * 0.5
-    old = torch.full((2,), 0.3)
-    values = (shared + head).expand(2)  # 0.7
     ppo = PPOConfig(value_coef=0.5, entropy_coef=0.0)
-    split = gradient_split(
-        shared.expand(2),
-        old,
-        advantages,
-        values,
-        values.detach(),
-        returns,
-        torch.zeros(2),
-        ppo,
-        [shared, head],
-    )
-    assert split["grad/policy_norm"] == pytest.approx(1.0)
-    assert split["grad/value_norm"] == pytest.approx(0.25)
-    assert split["grad/value_share"] == pytest.approx(0.0625 / 1.0625)
-    assert split["grad/cosine"] == pytest.approx(1.0)  # both push the shared weight up
+
+    def split(advantages: torch.Tensor, values: torch.Tensor) -> dict[str, float]:
+        old_logprobs = torch.full((2,), 0.3)
+        return gradient_split(
+            shared.expand(2),
+            old_logprobs,
+            advantages,
+            values,
+            values.detach(),
+            returns,
+            torch.zeros(2),
+            ppo,
+            [shared, head],
+        )
+
+    both = split(advantages, (shared + head).expand(2))  # V = 0.7
+    assert both["grad/policy_norm"] == pytest.approx(1.0)
+    assert both["grad/value_norm"] == pytest.approx(0.25)
+    assert both["grad/value_share"] == pytest.approx(0.0625 / 1.0625)
+    assert both["grad/cosine"] == pytest.approx(1.0)  # both push the shared weight up
     assert shared.grad is None and head.grad is None  # a diagnostic: nothing accumulated
-
     # Advantages of the other sign: the policy pulls the shared weight the other way.
-    split = gradient_split(
-        shared.expand(2),
-        old,
-        -advantages,
-        values,
-        values.detach(),
-        returns,
-        torch.zeros(2),
-        ppo,
-        [shared, head],
-    )
-    assert split["grad/cosine"] == pytest.approx(-1.0)
-
+    assert split(-advantages, (shared + head).expand(2))["grad/cosine"] == pytest.approx(-1.0)
     # Nothing shared (a critic of its own): no split to report.
-    split = gradient_split(
-        shared.expand(2),
-        old,
-        advantages,
-        head.expand(2),
-        head.detach().expand(2),
-        returns,
-        torch.zeros(2),
-        ppo,
-        [shared, head],
-    )
-    assert all(math.isnan(value) for value in split.values())
+    assert all(math.isnan(v) for v in split(advantages, (head + 0.3).expand(2)).values())

@@ -57,7 +57,7 @@ from transformers import PreTrainedTokenizerBase
 import babyai_text
 from babyai_text.env import known_level_ids
 from glam.demos import DemoRecord, demo_metadata, load_demos
-from glam.scoring import model_kind, unwrap_model
+from glam.scoring import appends_eos, model_kind, unwrap_model
 
 __all__ = [
     "DIRECTIONS",
@@ -370,15 +370,6 @@ def check_layers(layers: Iterable[int], count: int) -> list[int]:
     return layers
 
 
-def _drops_trailing_eos(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the tokenizer appends an EOS token that is no part of a prompt (T5-like)."""
-    if tokenizer.eos_token_id is None:
-        return False
-    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
-    without = tokenizer("a", add_special_tokens=False)["input_ids"]
-    return len(with_special) > len(without) and with_special[-1] == tokenizer.eos_token_id
-
-
 @torch.no_grad()
 def last_token_states(
     model: nn.Module,
@@ -401,7 +392,7 @@ def last_token_states(
     model = unwrap_model(model)
     device = next(model.parameters()).device
     encoded = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
-    if _drops_trailing_eos(tokenizer):
+    if appends_eos(tokenizer):
         encoded = [ids[:-1] for ids in encoded]
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -69,20 +69,28 @@ class PPO:
         )
         return buffer.transitions(advantages, returns), {}
 
-    def loss(
+    def loss_inputs(
         self, output: PolicyOutput, mb: Transitions, device: torch.device
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """`ppo_loss` on the micro-batch."""
-        ppo = self.ppo
-        actions = mb.actions.to(device)
-        return ppo_loss(
-            output.dist.log_prob(actions).float(),
+    ) -> tuple[Tensor, ...]:
+        """The tensors `ppo_loss` takes, in its order: the new and the rollout's log-probs of the
+        actions, the advantages, the new and the rollout's values, the returns, the entropy."""
+        return (
+            output.dist.log_prob(mb.actions.to(device)).float(),
             mb.logprobs.to(device),
             mb.advantages.to(device),
             output.values.float(),
             mb.values.to(device),
             mb.returns.to(device),
             output.dist.entropy().float(),
+        )
+
+    def loss(
+        self, output: PolicyOutput, mb: Transitions, device: torch.device
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """`ppo_loss` on the micro-batch."""
+        ppo = self.ppo
+        return ppo_loss(
+            *self.loss_inputs(output, mb, device),
             clip_eps=ppo.clip_eps,
             value_clip_eps=ppo.value_clip_eps,
             value_coef=ppo.value_coef,

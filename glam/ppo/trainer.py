@@ -507,13 +507,7 @@ def _gradient_split(
     with accelerator.autocast():
         output = policy_output(module, mb, recurrence)
     split = gradient_split(
-        output.dist.log_prob(mb.actions.to(device)).float(),
-        mb.logprobs.to(device),
-        mb.advantages.to(device),
-        output.values.float(),
-        mb.values.to(device),
-        mb.returns.to(device),
-        output.dist.entropy().float(),
+        *PPO(AlgorithmConfig(), ppo).loss_inputs(output, mb, device),
         ppo,
         [p for p in module.parameters() if p.requires_grad],
     )
