@@ -67,6 +67,8 @@ SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
         "temperature": 1.0,
         # Added when other agents joined; every policy folder before was a language model's.
         "kind": "llm",
+        # Added with False as its default; the value head read its input as it was before.
+        "value_norm": False,
     },
     "model": {
         # Added with True as its default; the base model's dropout was left on before.
