@@ -94,7 +94,7 @@ class ValueHead(nn.Module):
 
     `normalize` standardises its input first (`RunningNorm`): the last prompt token's state of a
     pretrained model holds a few large, nearly constant dimensions (SmolLM2-135M on GoToRedBall:
-    5 dimensions carry 59% of its squared norm, and 0.7% of it varies between prompts,
+    5 dimensions carry 59% of its squared norm, and 0.6% of it varies between states,
     docs/diagnosis_gotoredball.md), so an MLP on the raw state sees the differences between
     states at a small fraction of its input's scale.
     """

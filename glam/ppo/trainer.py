@@ -433,7 +433,11 @@ def ppo_update(
         first = orders[0].split(sequences)[0].split(micro_sequences)[0]
         with clock.phase("diagnostics"):
             split = _gradient_split(
-                accelerator, model, batch.select(sequence_positions(first, recurrence)), ppo
+                accelerator,
+                model,
+                batch.select(sequence_positions(first, recurrence)),
+                ppo,
+                algorithm,
             )
 
     sums: dict[str, float] = defaultdict(float)
@@ -497,7 +501,11 @@ def ppo_update(
 
 
 def _gradient_split(
-    accelerator: Accelerator, model: torch.nn.Module, mb: Transitions, ppo: PPOConfig
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    mb: Transitions,
+    ppo: PPOConfig,
+    algorithm: PPO,
 ) -> dict[str, float]:
     """`glam.ppo.diagnostics.gradient_split` on the micro-batch `mb`, through the policy
     module itself (no DDP hook fires), averaged over processes."""
@@ -507,7 +515,7 @@ def _gradient_split(
     with accelerator.autocast():
         output = policy_output(module, mb, recurrence)
     split = gradient_split(
-        *PPO(AlgorithmConfig(), ppo).loss_inputs(output, mb, device),
+        *algorithm.loss_inputs(output, mb, device),
         ppo,
         [p for p in module.parameters() if p.requires_grad],
     )
