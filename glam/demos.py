@@ -228,9 +228,14 @@ class DemoWriter:
 
 
 def load_demos(
-    path: str | os.PathLike[str], *, required: Iterable[str] = REQUIRED_COLUMNS
+    path: str | os.PathLike[str],
+    *,
+    required: Iterable[str] = REQUIRED_COLUMNS,
+    keep_in_memory: bool = False,
 ) -> Dataset:
     """Load a demonstrations folder, checking that it is a non-empty dataset with `required`.
+    `keep_in_memory`: read it into memory, so that what is computed from it (`Dataset.map`)
+    writes no cache file into the folder (a reader must leave a dataset as it found it).
 
     A folder of datasets (a PPO run's `rollouts/`, written in parts with each checkpoint) is
     loaded as their concatenation, in path order, with the first part's metadata.
@@ -246,14 +251,16 @@ def load_demos(
         raise DemoDatasetError(f"demonstrations folder {path} is empty; {hint}")
     parts = _dataset_parts(path)
     if parts:
-        datasets = [load_demos(part, required=required) for part in parts]
+        datasets = [
+            load_demos(part, required=required, keep_in_memory=keep_in_memory) for part in parts
+        ]
         merged = concatenate_datasets(datasets)
         merged.info.description = datasets[0].info.description
         return merged
     if _saved_without_rows(path):  # `load_from_disk` fails on it with a bare IndexError
         raise DemoDatasetError(f"demonstrations dataset {path} has no rows; {hint}")
     try:
-        dataset = load_from_disk(str(path))
+        dataset = load_from_disk(str(path), keep_in_memory=keep_in_memory)
     except (FileNotFoundError, ValueError, json.JSONDecodeError) as error:
         raise DemoDatasetError(
             f"{path} is not a dataset saved with `Dataset.save_to_disk` ({error}); {hint}"

@@ -1,4 +1,4 @@
-"""Output folders: what each script writes, and the one check every script runs on its output
+"""Output folders and files: what each script writes, and the one check every script runs on its
 folder before any work.
 
 A script that finds out only after its episodes, its training or its model load that it cannot
@@ -16,15 +16,22 @@ first, with the `OutputKind` it writes. The check refuses, naming the folder and
   not empty and holds none of their files: a dataset replaces the whole folder, a BC policy writes
   a model's files into it.
 
+Output files (a plot, a JSON report: `check_output_file`) follow the same rule: never one of an
+output folder's own files (a run's `metrics.csv`), and a file that exists is replaced only when
+the same script wrote it (its mark: `written_by`, `png_metadata`) or under the script's
+`--overwrite`; checked before any work. `write_json` writes such a file, marked.
+
 Torch-free: the training, evaluation, dataset and plotting scripts all import it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from glam.cli import describe_os_error
 
@@ -42,8 +49,15 @@ __all__ = [
     "OutputDirError",
     "OutputExistsError",
     "OutputKind",
+    "PLOT_SUFFIXES",
     "check_output_dir",
+    "WRITTEN_BY",
+    "add_output_file_options",
     "check_output_file",
+    "mark",
+    "png_metadata",
+    "write_json",
+    "written_by",
 ]
 
 
@@ -187,19 +201,121 @@ def check_output_dir(
     return path
 
 
-def check_output_file(path: str | Path, *, key: str) -> Path:
-    """Check that the file `path` (a plot, a JSON report) can be written: not a folder, and its
-    folder (or the nearest existing parent) writable. The file itself is replaced if it exists. Returns the path.
+PLOT_SUFFIXES: tuple[str, ...] = (".png", ".pdf", ".svg")
+"""The files a plotting script writes (matplotlib's format by the ending; only a PNG carries its
+writer's mark, so a PDF or SVG that exists is replaced only with `--overwrite`)."""
+WRITTEN_BY = "written_by"
+"""The key of a JSON output file (and the PNG text field `Software`, as `glam <writer>`) that
+names the script that wrote it: `check_output_file` replaces a file only when its own writer's
+name is there."""
+
+
+def check_output_file(
+    path: str | Path,
+    *,
+    key: str,
+    writer: str,
+    overwrite: bool = False,
+    overwrite_key: str = "--overwrite",
+    suffixes: tuple[str, ...] = (),
+) -> Path:
+    """Check, before any work, that `writer` may write the file `path` (a plot, a JSON report);
+    return it. The rule of output folders, for a file:
+
+    - not a folder, and its folder (or the nearest existing parent) writable;
+    - never one of an output folder's own files (a training run's `metrics.csv` or
+      `config.yaml`, an evaluation's `results.json`...), even with `overwrite`;
+    - a file that exists is replaced only when `writer` wrote it (`written_by`: the JSON key
+      `written_by`, or a PNG's `Software` field) or with `overwrite`.
+
+    Args:
+        path: the file.
+        key: the option that named it (`--out`), for messages.
+        writer: the script that writes it (`scripts/bench_ppo.py`), as `mark` records it.
+        overwrite: replace a file that exists whoever wrote it (not an output folder's file).
+        overwrite_key: the option that allows it, for messages.
+        suffixes: the file endings the writer can write (`PLOT_SUFFIXES`); empty: any.
 
     Raises:
-        OutputDirError: naming the problem.
+        OutputDirError: naming the problem and the way out.
     """
     path = Path(path).expanduser()
     where = f"{key}={str(path)!r}"
     if path.is_dir():
         raise OutputDirError(f"{where} is a folder: name a file")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise OutputDirError(f"{where}: name a file ending in {' or '.join(suffixes)}")
+    if path.parent.is_dir():
+        for name, kind in KINDS.items():
+            owned = any(fnmatch.fnmatchcase(path.name, pattern) for pattern in kind.files)
+            if owned and kind.found(path.parent, kind.marks):
+                raise OutputDirError(
+                    f"{where} is a file of {name} ({path.parent}), which no other script "
+                    f"replaces: choose another {key}"
+                )
+    if path.exists() or path.is_symlink():
+        found = written_by(path)
+        if found != writer and not overwrite:
+            author = f"{found} wrote it" if found else "not written by this script"
+            raise OutputDirError(
+                f"{where} exists ({author}): pass {_given(overwrite_key)} to replace it, or "
+                f"choose another {key}"
+            )
     _check_writable(path.parent, where, key)
     return path
+
+
+def add_output_file_options(parser: Any, flag: str = "--out", help: str = "") -> None:
+    """Add `flag` (an output file, `Path`) and `--overwrite` (replace it even when another
+    script wrote it) to an `argparse` parser."""
+    parser.add_argument(
+        flag, type=Path, default=None, help=help or "write the results as JSON here"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace {flag} even if another script wrote it (never a run's or an evaluation's file)",
+    )
+
+
+def mark(record: dict, writer: str) -> dict:
+    """`record` with `written_by: writer` first: what `check_output_file` recognises again."""
+    return {WRITTEN_BY: writer} | {k: v for k, v in record.items() if k != WRITTEN_BY}
+
+
+def png_metadata(writer: str) -> dict[str, str]:
+    """`savefig(..., metadata=png_metadata(writer))`: the PNG's mark of its writer."""
+    return {"Software": f"glam {writer}"}
+
+
+def write_json(path: str | Path, record: dict, writer: str) -> Path:
+    """Write `record`, marked as `writer`'s (`mark`), to the JSON file `path` (its folder
+    created), through a temporary file renamed over it: a crash leaves the old file or the new
+    one, never half of one. Check the path first with `check_output_file`. Returns the path."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(mark(record, writer), indent=2, default=str) + "\n")
+    partial.replace(path)
+    return path
+
+
+def written_by(path: str | Path) -> str | None:
+    """The script that wrote the file `path` by its mark (`mark`, `png_metadata`), or None: an
+    unreadable file, another format, or no mark."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".png":
+            from PIL import Image  # matplotlib's own dependency; only plots need it
+
+            with Image.open(path) as image:
+                software = str(getattr(image, "text", {}).get("Software", ""))
+            return software.removeprefix("glam ") if software.startswith("glam ") else None
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, SyntaxError):
+        return None
+    found = record.get(WRITTEN_BY) if isinstance(record, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _check_contents(

@@ -22,7 +22,7 @@ model's, at `generate.temperature=1`). Benchmarks are scripts, never timed tests
 from __future__ import annotations
 
 import argparse
-import json
+import difflib
 import platform
 import time
 from dataclasses import replace
@@ -31,13 +31,18 @@ from pathlib import Path
 import torch
 
 import glam
+from babyai_text.env import known_level_ids
 from glam.cli import fail, positive_int
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.envs import resolve_action_space
+from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import WritingActorCritic
 from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.written import WrittenEnvRunner
+
+WRITER = "scripts/bench_generation.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -55,7 +60,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    add_output_file_options(parser)
     return parser.parse_args()
 
 
@@ -114,8 +119,18 @@ def play(policy: WritingActorCritic, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     args = parse_args()
-    if args.out is not None and args.out.is_dir():  # found now, not after minutes of playing
-        fail(f"--out {args.out} is a folder: give the path of a JSON file")
+    if args.out is not None:  # found now, not after minutes of playing
+        try:
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
+        except OutputDirError as error:
+            fail(str(error))
+    if args.level not in known_level_ids():
+        close = difflib.get_close_matches(args.level, known_level_ids(), n=3)
+        fail(
+            f"--level {args.level}: unknown BabyAI level (did you mean {', '.join(close) or 'BabyAI-GoToLocal-v0'}?)"
+        )
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"--device {args.device}: torch sees no CUDA GPU here; use --device cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -149,7 +164,6 @@ def main() -> None:
         f"{row['invalid_share']:.0%} of the answers named no action"
     )
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         result = {
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "machine": platform.processor() or platform.machine(),
@@ -158,7 +172,7 @@ def main() -> None:
             **row,
             "time_saved": saving,
         }
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"wrote {args.out}")
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 from glam.cli import report
+from glam.outputs import OutputDirError, check_output_file, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,13 +72,26 @@ def _run(name: str, overrides: list[str], frames: int, run_dir: Path) -> dict[st
     return result
 
 
+WRITER = "scripts/bench_oni.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=81920, help="frames per run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--slow-delay", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_oni"))
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a bench_oni.json another script wrote"
+    )
     args = parser.parse_args(argv)
+    try:  # before any run
+        check_output_file(
+            args.out / "bench_oni.json", key="--out", writer=WRITER, overwrite=args.overwrite
+        )
+    except OutputDirError as error:
+        return report(error)
     variants = _variants(args.slow_delay)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -112,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "slow_delay": args.slow_delay,
         "variants": summary,
     }
-    (args.out / "bench_oni.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json(args.out / "bench_oni.json", record, WRITER)
     print("| variant | median frames/s | vs none | per round |")
     print("|---|---|---|---|")
     for name, entry in summary.items():

@@ -28,7 +28,6 @@ machine it ran on.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -41,6 +40,7 @@ import transformers
 
 from glam.cli import report
 from glam.config import ConfigError, compose_config
+from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.logger import read_metrics
 from glam.ppo.timing import PHASES, peak_rss_mib
@@ -115,13 +115,22 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
     return result
 
 
+WRITER = "scripts/bench_ppo.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-name", default="smollm2_lora_cpu", help="training preset")
     parser.add_argument("--updates", type=int, default=2, help="updates measured (after warm-up)")
-    parser.add_argument("--out", type=Path, help="write the JSON here too")
+    add_output_file_options(parser, help="write the JSON here too")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env.num_envs=8")
     args = parser.parse_args(argv)
+    if args.out is not None:  # before any work
+        try:
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
+        except OutputDirError as error:
+            return report(error)
     try:
         cfg = compose_config(args.config_name, args.overrides)
     except ConfigError as error:
@@ -136,7 +145,7 @@ def main(argv: list[str]) -> int:
         shown = f"{value:.4g}" if isinstance(value, float) else value
         print(f"{key:<{width}}  {shown}")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"wrote {args.out}")
     return 0
 

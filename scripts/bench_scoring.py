@@ -26,7 +26,6 @@ runs after one warm-up. Benchmarks are scripts, never timed tests.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import statistics
@@ -37,8 +36,13 @@ from pathlib import Path
 import torch
 
 import glam
+from glam.cli import exit_on
+from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.policy.prompts import PromptHistory
 from glam.scoring import score_actions, score_actions_naive
+
+WRITER = "scripts/bench_scoring.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,7 +57,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--level", default="BabyAI-MixedTrainLocal-v0")
     parser.add_argument("--nbr-obs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    add_output_file_options(parser)
     return parser.parse_args()
 
 
@@ -105,6 +109,9 @@ def timed(
 
 def main() -> None:
     args = parse_args()
+    if args.out is not None:  # before any work
+        with exit_on(OutputDirError):
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -177,8 +184,7 @@ def main() -> None:
         f"prompts {statistics.mean(lengths):.0f} tokens on average (max {max(lengths)})"
     )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"wrote {args.out}")
 
 

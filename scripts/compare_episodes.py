@@ -19,13 +19,16 @@ one seed with two missions, a `--json` path it cannot write).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from glam.cli import exit_on
 from glam.eval.paired import compare_paired, format_table, read_episodes
+from glam.outputs import add_output_file_options, check_output_file, write_json
+
+WRITER = "scripts/compare_episodes.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
 
 
 def main(argv: list[str]) -> int:
@@ -36,10 +39,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--labels", nargs=2, metavar=("A", "B"), help="names in the table (the folder names)"
     )
-    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    add_output_file_options(parser, "--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     label_a, label_b = args.labels or (_name(args.a), _name(args.b))
-    with exit_on(ValueError):
+    with exit_on(ValueError):  # OutputDirError is one
+        if args.json is not None:  # before any work
+            check_output_file(args.json, key="--json", writer=WRITER, overwrite=args.overwrite)
         a = read_episodes(args.a, args.suite)
         b = read_episodes(args.b, args.suite)
         rows = compare_paired(a, b)
@@ -59,7 +64,7 @@ def main(argv: list[str]) -> int:
             "rows": [asdict(row) | {"p_value": row.p_value} for row in rows],
         }
         with exit_on(OSError):
-            args.json.write_text(json.dumps(record, indent=2) + "\n")
+            write_json(args.json, record, WRITER)
         print(f"\nwrote json {args.json}")
     return 0
 

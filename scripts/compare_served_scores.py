@@ -39,10 +39,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scoring import rollout_prompts  # noqa: E402
 
 import glam  # noqa: E402
-from glam.cli import fail  # noqa: E402
+from glam.cli import exit_on, fail  # noqa: E402
 from glam.llm.chat import ChatClientError  # noqa: E402
 from glam.models.specs import EMBEDDED_MODELS  # noqa: E402
+from glam.outputs import (  # noqa: E402
+    OutputDirError,
+    add_output_file_options,
+    check_output_file,
+    write_json,
+)
 from glam.teach.scorers import SCORING_DIALECTS, LocalScorer, OpenAIScorer  # noqa: E402
+
+WRITER = "scripts/compare_served_scores.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads in this process")
     parser.add_argument("--dialect", choices=SCORING_DIALECTS, default=None)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    add_output_file_options(parser)
     return parser.parse_args(argv)
 
 
@@ -86,6 +95,9 @@ def summarize(served: list[list[float]], local: list[list[float]]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.out is not None:  # before any work
+        with exit_on(OutputDirError):
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
     if args.gguf_path:
         entry = EMBEDDED_MODELS[args.model]
         spec = importlib.util.find_spec(entry.package)  # not imported: its CLI is not shipped
@@ -137,8 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {k: v for k, v in results.items() if k != "scores"}
     print(json.dumps(summary, indent=2))
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.out, results, WRITER)
     return results
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,8 @@ from glam.runs.folder import policy_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "smollm2_lora_cpu"
+DEMO_MARK = "demo.txt"
+"""The file that marks a run folder as the demo's own: the only folder a new demo replaces."""
 UPDATES = 6
 FRAMES_PER_ENV = 32
 FULL_RUN = (
@@ -151,11 +154,20 @@ def main() -> int:
         default=FRAMES_PER_ENV,
         help="env-steps of each of the 8 envs per update",
     )
-    parser.add_argument("--output-dir", default="runs/demo", help="run folder (replaced)")
+    parser.add_argument(
+        "--output-dir", default="runs/demo", help="run folder (replaced if the demo wrote it)"
+    )
     args = parser.parse_args()
 
-    prompt, actions, before, value_before = show_one_step()
     run_dir = ROOT / args.output_dir
+    if run_dir.is_file() or (
+        run_dir.is_dir() and any(run_dir.iterdir()) and not (run_dir / DEMO_MARK).is_file()
+    ):  # before any work
+        return report(
+            f"--output-dir {args.output_dir} holds files the demo did not write (no "
+            f"{DEMO_MARK}): the demo replaces only its own run folder; choose another"
+        )
+    prompt, actions, before, value_before = show_one_step()
     frames = args.updates * args.frames_per_env * 8
     command = [
         sys.executable,
@@ -167,10 +179,9 @@ def main() -> int:
         f"ppo.frames_per_env={args.frames_per_env}",
         f"train.save_every={args.updates}",
     ]
-    if run_dir.exists():
-        import shutil
-
-        shutil.rmtree(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    (run_dir / DEMO_MARK).write_text("written by scripts/demo.py, which replaces this folder\n")
     print("[demo] training:", " ".join(command[1:]))
     start = time.perf_counter()
     status = subprocess.call(command, cwd=ROOT)

@@ -31,14 +31,12 @@ is shown at a few MFUs.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from glam.cli import exit_on
-from glam.outputs import check_output_file
+from glam.outputs import add_output_file_options, check_output_file, write_json
 from glam.scaling import (
     GIB,
     HARDWARE_PRESETS,
@@ -145,7 +143,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     speed.add_argument(
         "--calibrate-envs", type=int, help="envs of the measured run (default --envs)"
     )
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    add_output_file_options(parser)
 
     args = parser.parse_args(argv)
     if args.full and args.lora_layers is not None:
@@ -506,16 +504,19 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+WRITER = "scripts/estimate_throughput.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with exit_on(ValueError):  # OutputDirError is one
         if args.out is not None:
-            check_output_file(args.out, key="--out")
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
         result = run(args)
     print(format_table(result))
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"\nwrote json  {args.out}")
     return 0
 

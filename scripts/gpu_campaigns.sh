@@ -42,10 +42,17 @@ for spec in "$@"; do
     [[ $spec == *:* ]] && count=${spec##*:}
     [[ -f $file ]] || { echo "no campaign file $file" >&2; exit 2; }
     [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "JOBS must be a positive number, got '$count' in $spec" >&2; exit 2; }
-    # the launcher's own reader: a campaign it would refuse is refused here, before any start
-    name=$("$PY" -c "import sys; from pathlib import Path; from glam.campaign.config import load_campaign
-try: print(load_campaign(Path(sys.argv[1])).name)
-except ValueError as error: sys.exit(f'{sys.argv[1]}: {error}')" "$file") || exit 2
+    # the launcher's own checks (the file, then every job's config: levels, keys, models): a
+    # campaign it would refuse is refused here, before any launcher starts
+    name=$("$PY" -c "import sys; from pathlib import Path
+from glam.campaign.config import load_campaign
+from glam.campaign.jobs import plan_jobs
+from glam.campaign.submission import check_jobs
+try: campaign = load_campaign(Path(sys.argv[1]))
+except ValueError as error: sys.exit(f'{sys.argv[1]}: {error}')
+errors = check_jobs(plan_jobs(campaign, Path(sys.argv[2])))
+if errors: sys.exit(f'{sys.argv[1]}: invalid configuration of ' + '; '.join(errors))
+print(campaign.name)" "$file" "$OUTPUT_ROOT") || exit 2
     names+=("$name") jobs+=("$file:$count")
 done
 

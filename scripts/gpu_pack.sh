@@ -28,7 +28,16 @@ PY=${GLAM_PY:-.venv/bin/python}
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=$((1024 * 1024))  # what the tree may gain before the call
 GGUF=0
-[[ ${1:-} == --gguf ]] && GGUF=1
+for arg in "$@"; do
+    case $arg in
+        --gguf) GGUF=1 ;;
+        *) echo "error: unknown option $arg (gpu_pack.sh takes only --gguf)" >&2; exit 2 ;;
+    esac
+done
+if [[ ! -x $PY ]]; then  # checked before the earlier pack is removed
+    echo "error: no Python at $PY: run make install first (or set GLAM_PY)" >&2
+    exit 2
+fi
 
 # name in the .venv -> name on PyPI; pure Python unless noted
 PACKAGES=(minigrid gymnasium farama-notifications hydra-core omegaconf datasets dill multiprocess

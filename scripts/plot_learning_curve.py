@@ -26,7 +26,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from glam.cli import exit_on  # noqa: E402
-from glam.outputs import check_output_file  # noqa: E402
+from glam.outputs import (  # noqa: E402
+    PLOT_SUFFIXES,
+    add_output_file_options,
+    check_output_file,
+    png_metadata,
+)
 
 PANELS = (
     ("charts/success_rate", "success rate", True),
@@ -107,14 +112,20 @@ def plot(runs: list[list[dict[str, float]]], labels: list[str], out: Path, smoot
     figure.suptitle(", ".join(labels))
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
+    figure.savefig(
+        out, dpi=120, metadata=png_metadata(WRITER) if out.suffix.lower() == ".png" else None
+    )
     plt.close(figure)
+
+
+WRITER = "scripts/plot_learning_curve.py"
+"""The mark of the PNG this script writes (`glam.outputs.png_metadata`)."""
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders holding metrics.csv")
-    parser.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/learning_curve.png)")
+    add_output_file_options(parser, help="PNG path (default RUN_DIR/learning_curve.png)")
     parser.add_argument("--labels", nargs="+", help="one label per run (default: folder names)")
     parser.add_argument("--smooth", type=int, default=10, help="moving-average window, updates")
     args = parser.parse_args(argv)
@@ -123,7 +134,9 @@ def main(argv: list[str]) -> int:
         parser.error("give one --labels entry per run folder")
     out = args.out or args.run_dirs[0] / "learning_curve.png"
     with exit_on(ValueError):  # OutputDirError is one
-        check_output_file(out, key="--out")
+        check_output_file(
+            out, key="--out", writer=WRITER, overwrite=args.overwrite, suffixes=PLOT_SUFFIXES
+        )
         runs = [read_metrics(run_dir) for run_dir in args.run_dirs]
     plot(runs, labels, out, max(args.smooth, 1))
     print(f"wrote {out}")

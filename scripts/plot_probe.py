@@ -23,7 +23,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from glam.cli import report  # noqa: E402
-from glam.outputs import check_output_file  # noqa: E402
+from glam.outputs import (  # noqa: E402
+    PLOT_SUFFIXES,
+    add_output_file_options,
+    check_output_file,
+    png_metadata,
+)
 
 PROBE_CSV = "probe.csv"
 """`glam.probe.PROBE_CSV`, restated so that plotting never imports torch."""
@@ -66,14 +71,20 @@ def plot(probe: pd.DataFrame, title: str, out: Path) -> None:
     axis.legend(fontsize="small", title="task type (situations)")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
+    figure.savefig(
+        out, dpi=120, metadata=png_metadata(WRITER) if out.suffix.lower() == ".png" else None
+    )
     plt.close(figure)
+
+
+WRITER = "scripts/plot_probe.py"
+"""The mark of the PNG this script writes (`glam.outputs.png_metadata`)."""
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="run folder holding probe.csv")
-    parser.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/probe.png)")
+    add_output_file_options(parser, help="PNG path (default RUN_DIR/probe.png)")
     args = parser.parse_args(argv)
     path = args.run_dir / PROBE_CSV
     if not path.is_file():
@@ -83,7 +94,9 @@ def main(argv: list[str]) -> int:
         )
     out = args.out or args.run_dir / "probe.png"
     try:
-        check_output_file(out, key="--out")
+        check_output_file(
+            out, key="--out", writer=WRITER, overwrite=args.overwrite, suffixes=PLOT_SUFFIXES
+        )
         probe = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         probe = pd.DataFrame()

@@ -32,12 +32,15 @@ finished episode is kept on disk as it ends: an evaluation stopped before its en
 `eval.resume=true` (docs/evaluation.md). Options:
 configs/eval/post_training_tests.yaml and glam/eval/config.py. Exit status: 0 done, 1 bad config (a key outside the schema or an invalid
 value), 2 the evaluation cannot start (missing or damaged checkpoint, unknown suite or level,
-an `eval.output_dir` it may not write, a model endpoint that cannot be reached).
+an `eval.output_dir` it may not write, a model endpoint that cannot be reached), 130 stopped by
+Ctrl-C (the finished episodes kept for `eval.resume=true`).
 """
 
 from __future__ import annotations
 
-from glam.cli import exit_on
+import sys
+
+from glam.cli import exit_on, report
 from glam.config import config_main, register_configs
 from glam.eval.config import PostTrainingTestsConfig
 
@@ -51,8 +54,18 @@ def run(config: PostTrainingTestsConfig) -> None:
     from glam.models.loading import ModelNotFoundError
 
     # ValueError: an unknown suite or level, an output folder it may not write (OutputDirError).
-    with exit_on(ValueError, FileNotFoundError, ModelNotFoundError, ChatClientError):
-        results, paths = evaluate(config)
+    try:
+        with exit_on(ValueError, FileNotFoundError, ModelNotFoundError, ChatClientError):
+            results, paths = evaluate(config)
+    except KeyboardInterrupt:  # Ctrl-C: the finished episodes are in the folder already
+        sys.exit(
+            report(
+                f"interrupted: the episodes finished so far are kept in "
+                f"{config.eval.output_dir}; continue with eval.resume=true and the same "
+                "eval.output_dir",
+                status=130,
+            )
+        )
     table, _, per_task = paths["md"].read_text().partition("## Per task type")
     # The per-task table of every suite is long: on screen only when there is one suite.
     print(table + (f"## Per task type{per_task}" if len(results["suites"]) == 1 else ""))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -31,9 +30,10 @@ from pathlib import Path
 import torch
 
 import glam
-from glam.cli import fail, positive_int
+from glam.cli import exit_on, fail, positive_int
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.envs import resolve_action_space
+from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.llm_policy import CheckpointError
 from glam.policy.prompts import glam_prompt
@@ -44,6 +44,9 @@ from glam.runs.folder import policy_dir
 
 INVALID = "(no action)"
 """The row of answers that name no action."""
+
+WRITER = "scripts/probe_answers.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -61,14 +64,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    add_output_file_options(parser)
     args = parser.parse_args()
     if not args.temperature > 0:
         fail(f"--temperature must be > 0, got {args.temperature}")
     if args.orders == "all" and args.prompt_format != "glam":
         fail("--orders all reorders GLAM's list of actions: use --prompt-format glam")
-    if args.out is not None and args.out.is_dir():
-        fail(f"--out {args.out} is a folder: give the path of a JSON file")
+    if args.out is not None:  # before any work
+        with exit_on(OutputDirError):
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
     return args
 
 
@@ -164,12 +168,11 @@ def main() -> None:
             shares = "  ".join(f"{key} {share:.3f}" for key, share in row["shares"].items())
             print(f"{name:18}  listed: {', '.join(order):34}  {shares}")
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         result = {
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "rows": rows,
         }
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"wrote {args.out}")
 
 

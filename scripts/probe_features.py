@@ -37,7 +37,6 @@ one target object, an `--out` it may not write).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -67,7 +66,7 @@ from glam.eval.feature_probe import (
     states_from_records,
 )
 from glam.models.loading import ModelNotFoundError, load_model
-from glam.outputs import OutputDirError, check_output_file
+from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.policy.files import CheckpointError
 from glam.policy.llm_policy import LLMActorCritic
 from glam.runs.folder import policy_dir
@@ -108,8 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1...")
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_output_file_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     if args.level is None and args.demos is None:
@@ -224,6 +222,10 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
     return "\n".join(lines)
 
 
+WRITER = "scripts/probe_features.py"
+"""The mark of the JSON this script writes (`glam.outputs.write_json`)."""
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.threads:
@@ -233,12 +235,7 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     with exit_on(*BAD_INPUT):
         if args.out is not None:
-            check_output_file(args.out, key="--out")
-            if args.out.exists() and not args.overwrite:
-                raise OutputDirError(
-                    f"--out={str(args.out)!r} exists: pass --overwrite to replace it, or choose "
-                    "another --out"
-                )
+            check_output_file(args.out, key="--out", writer=WRITER, overwrite=args.overwrite)
         if args.level is not None:  # the cheap checks first, before the model loads
             if args.level in BOT_UNSUPPORTED_LEVELS:
                 raise ProbeInputError(f"{args.level}: BabyAI's bot cannot solve it")
@@ -292,8 +289,7 @@ def main(argv: list[str]) -> int:
     print(table(report, layers))
     print(f"took {done - started:.0f} s ({forwarded - collected:.0f} s of forwards)")
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        write_json(args.out, result, WRITER)
         print(f"wrote {args.out}")
     return 0
 

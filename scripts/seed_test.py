@@ -10,27 +10,57 @@ group of one value is an agent evaluated once (a deterministic rule), met by a o
 Each argument is `LABEL=V1,V2,...`, one value per seed (a held-out success rate, frames to a
 threshold...). Why Welch's p-value is the one the docs read and the permutation p-value stands
 beside it: `glam.eval.stats`'s docstring. Exit status: 0 done; 2 bad input (a group without
-`=`, a value that is not a number, two groups of one value).
+`=`, without a value, a value that is not a finite number, a rate outside [0, 1] without
+`--not-rates`, one label twice, two groups of one value).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from glam.cli import fail
 from glam.eval.stats import compare_seeds, one_sample_test, seed_interval, t_interval
 
 
-def parse_group(text: str) -> tuple[str, list[float]]:
-    """`LABEL=V1,V2,...` -> (label, values)."""
+def parse_group(text: str, *, rates: bool = True) -> tuple[str, list[float]]:
+    """`LABEL=V1,V2,...` -> (label, values): at least one finite number each, within [0, 1]
+    for `rates`.
+
+    Raises:
+        ValueError: naming the group and what is wrong with it.
+    """
     label, sep, values = text.partition("=")
     if not sep or not label:
         raise ValueError(f"{text!r} is not LABEL=V1,V2,...")
     try:
-        return label, [float(v) for v in values.split(",") if v.strip()]
+        numbers = [float(v) for v in values.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{text!r}: the values must be numbers") from None
+    if not numbers:
+        raise ValueError(f"{text!r}: no value (give one per seed: {label}=0.5,0.7)")
+    if not all(math.isfinite(v) for v in numbers):
+        raise ValueError(f"{text!r}: the values must be finite numbers")
+    if rates and not all(0.0 <= v <= 1.0 for v in numbers):
+        raise ValueError(
+            f"{text!r}: a rate lies in [0, 1]; pass --not-rates for other values (frames...)"
+        )
+    return label, numbers
+
+
+def parse_groups(texts: list[str], *, rates: bool = True) -> list[tuple[str, list[float]]]:
+    """Every group of the command line (`parse_group`), each label once.
+
+    Raises:
+        ValueError: a bad group, or a label given twice.
+    """
+    groups = [parse_group(text, rates=rates) for text in texts]
+    labels = [label for label, _ in groups]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ValueError(f"the label(s) {', '.join(twice)} name two groups: give each one name")
+    return groups
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        groups = [parse_group(text) for text in args.groups]
+        groups = parse_groups(args.groups, rates=not args.not_rates)
     except ValueError as error:
         fail(error)
     print("| group | seeds | mean | 95% t-interval over seeds |")

@@ -161,7 +161,10 @@ def test_tiny_model_learns_above_chance_and_its_saved_policy_loads(
             progress=False,
         ),
     )
+    before = sorted(path.name for path in demos_dir.iterdir())
     metrics = train_bc(run).metrics
+    # The dataset's folder is left as it was: no cache file to block `demos.overwrite` later.
+    assert sorted(path.name for path in demos_dir.iterdir()) == before
 
     chance = metrics["data/chance_accuracy"]
     assert metrics["eval/action_accuracy"] >= chance + 0.25

@@ -492,6 +492,14 @@ def test_sbatch_failure_stops_with_its_message(
             ["seed-1 eval BabyAI-Nope-v0: eval.level='BabyAI-Nope-v0' is not a BabyAI level"],
         ),
         (
+            {"overrides": {"model.lora.layers": [99]}},
+            ["model.lora.layers=[99]: the model's layers are 0 to 1 ([99] outside)"],
+        ),
+        (
+            {"grid": {"model.lora.layers": [5]}},
+            ["model.lora.layers=5: the model has 2 layers"],
+        ),
+        (
             {"arms": {"default": {}, "lr": {"ppo.lrr": 1e-3}}},
             # Only the arm's job is named, on a line of its own.
             ["of 1 kind(s)", "\n  lr_seed-1 train: unknown key ppo.lrr (did you mean ppo.lr?)"],
@@ -506,6 +514,8 @@ def test_sbatch_failure_stops_with_its_message(
         "unknown_action_space",
         "unknown_model",
         "unknown_evaluation_level",
+        "lora_layer_outside_the_model",
+        "more_lora_layers_than_the_model",
         "unknown_arm_key",
     ],
 )

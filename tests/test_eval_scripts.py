@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,33 @@ def test_results_are_never_replaced_unless_asked(tmp_path: Path) -> None:
     again = _script(*table)
     assert again.returncode == 2 and "pass overwrite=true" in again.stderr
     assert _script(*table, "overwrite=true").returncode == 0
+
+
+def test_ctrl_c_keeps_the_finished_episodes_and_says_how_to_go_on(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "post_training_tests.py"),
+        "agent.kind=random",
+        "eval.episodes=5000",
+        "eval.num_envs=1",
+        "eval.progress_bar=false",
+        f"eval.output_dir={out}",
+    ]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    journal = out / "episodes.partial.jsonl"  # glam.eval.journal: each episode as it ends
+    while len(_lines(journal)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr.decode()[-2000:]
+    message = stderr.decode()
+    assert "Traceback" not in message and message.strip().splitlines()[-1].startswith("error: ")
+    assert "continue with eval.resume=true" in message
+    kept = [json.loads(line) for line in _lines(journal)]
+    assert kept[0]["kind"] == "start" and [e["kind"] for e in kept[1:]].count("episode") >= 2
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []

@@ -266,7 +266,7 @@ TINY = ["--model", "tiny-random-llama", "--threads", "1"]
 
 
 @pytest.mark.slow
-def test_script_writes_its_table_and_json_and_refuses_to_overwrite(tmp_path: Path) -> None:
+def test_script_writes_its_table_and_json_and_replaces_only_its_own(tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     args = [*TINY, "--level", "BabyAI-GoToRedBall-v0", "--episodes", "8", "--out", str(out)]
     done = _script(*args)
@@ -278,11 +278,16 @@ def test_script_writes_its_table_and_json_and_refuses_to_overwrite(tmp_path: Pat
     assert result["command"].endswith(f"--out {out}")
     assert set(result["tasks"]["action"]["probes"]) == {"hand_made", "layer_0", "layer_2"}
 
-    again = _script(*args)
-    assert again.returncode == 2
-    assert again.stderr.startswith("error: --out=") and "--overwrite" in again.stderr
-    assert _script(*args, "--overwrite", "--random-init").returncode == 0
+    assert result["written_by"] == "scripts/probe_features.py"
+    # Its own file is replaced by a new probe; another file only with --overwrite.
+    assert _script(*args, "--random-init").returncode == 0
     assert json.loads(out.read_text())["weights"] == "random"
+    out.write_text('{"mine": 1}\n')
+    again = _script(*args)
+    assert again.returncode == 2 and out.read_text() == '{"mine": 1}\n'
+    assert again.stderr.startswith("error: --out=") and "--overwrite" in again.stderr
+    assert _script(*args, "--overwrite").returncode == 0
+    assert json.loads(out.read_text())["weights"] == "pretrained"
 
 
 @pytest.mark.slow

@@ -64,11 +64,24 @@ def test_a_campaign_started_in_one_call_is_waited_for_and_collected_in_the_next(
 def test_bad_arguments_are_named(tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
     campaign.write_text(yaml.safe_dump({"name": "c", "preset": "tiny", "seeds": [1]}))
+    bad_level = tmp_path / "bad.yaml"
+    bad_level.write_text(
+        yaml.safe_dump(
+            {
+                "name": "b",
+                "preset": "tiny",
+                "seeds": [1],
+                "overrides": {"env.name": "BabyAI-Nowhere-v0"},
+            }
+        )
+    )
     cases = {
         ("soon", str(campaign)): "WAIT_S must be a whole number",
         ("0", str(tmp_path / "missing.yaml")): "no campaign file",
         ("0", f"{campaign}:0"): "JOBS must be a positive number",
         ("0",): "usage:",
+        # every job's config is checked before any launcher starts
+        ("0", str(bad_level)): "env.name='BabyAI-Nowhere-v0' is not a BabyAI level",
     }
     for args, message in cases.items():
         result = run_script(tmp_path, *args)
@@ -79,10 +92,12 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
 
 def test_a_launcher_that_ends_without_finishing_its_jobs_is_a_failure(tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
-    campaign.write_text(
-        yaml.safe_dump({"name": "c", "preset": "tiny", "seeds": [1], "overrides": {"ppo.lrr": 1}})
-    )
+    campaign.write_text(yaml.safe_dump({"name": "c", "preset": "tiny", "seeds": [1]}))
+    # A valid campaign whose run folder holds another script's output: the job refuses it.
+    taken = tmp_path / "runs" / "c" / "seed-1"
+    taken.mkdir(parents=True)
+    (taken / "results.json").write_text("{}")
     result = run_script(tmp_path, "120", str(campaign))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "c: ended with jobs not done" in result.stdout
-    assert "ppo.lrr" in (tmp_path / "out" / "progress.txt").read_text()  # the launcher's refusal
+    assert "holds an evaluation" in (tmp_path / "out" / "progress.txt").read_text()

@@ -310,6 +310,9 @@ class InProcessAnnotator:
         self.stats.received += len(labels)
         return labels
 
+    def wait_for_answer(self, timeout: float) -> list[tuple[Message, float]]:
+        return self.poll()
+
     def close(self) -> None:
         self.closed = True
 
@@ -644,6 +647,35 @@ def test_a_hung_annotator_stops_the_run_and_keeps_its_checkpoints(tmp_path: Path
     assert last is not None, "no checkpoint was written before the annotator hung"
     assert check_checkpoint(last).update >= 1  # complete and readable
     assert multiprocessing.active_children() == []
+
+
+def test_a_run_shorter_than_the_annotators_failure_still_fails(tmp_path: Path) -> None:
+    """One update with the judge's server unreachable: the run's end waits for the annotator's
+    first answer, which is its error (exit status 4), not "done" with no label received."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parent.parent / "scripts" / "train_baseline.py"),
+            "--config-name",
+            "oni_symbolic",
+            *SMALL_SYMBOLIC,
+            "train.total_frames=64",  # one update
+            "oni.backend=openai",
+            f"oni.base_url=http://127.0.0.1:{port}/v1",
+            "oni.max_retries=0",
+            "oni.timeout=5",
+            f"train.output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 4, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "oni.base_url" in done.stderr and "done:" not in done.stdout
+    assert latest_checkpoint(tmp_path / "run") is not None  # the finished update is kept
 
 
 # --- The judge's agreement with the oracle ------------------------------------------------------

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from glam.outputs import (
     DEMOS,
     EVALUATION,
     KINDS,
+    PLOT_SUFFIXES,
     TRAINING_RUN,
     OutputDirError,
     OutputExistsError,
@@ -145,8 +147,9 @@ def test_a_flag_is_named_as_a_flag_and_an_output_file_must_not_be_a_folder(
             overwrite_key="--overwrite",
         )
     with pytest.raises(OutputDirError, match=r"--out='.*cmp' is a folder: name a file"):
-        check_output_file(folder, key="--out")
-    assert check_output_file(tmp_path / "plots" / "curve.png", key="--out").name == "curve.png"
+        check_output_file(folder, key="--out", writer="scripts/x.py")
+    new = check_output_file(tmp_path / "plots" / "curve.png", key="--out", writer="scripts/x.py")
+    assert new.name == "curve.png" and not (tmp_path / "plots").exists()
 
 
 def test_every_script_error_has_one_format(capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,3 +171,65 @@ def test_every_script_error_has_one_format(capsys: pytest.CaptureFixture[str]) -
     assert error_message(RuntimeError()) == "RuntimeError"
     with pytest.raises(TypeError), exit_on(ValueError):  # other errors are bugs: a traceback
         raise TypeError("a bug")
+
+
+# --------------------------------------------------------------------------------------------
+# Output files: replaced only by their own writer, never an output folder's file
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_file_is_replaced_only_by_the_script_that_wrote_it(tmp_path: Path) -> None:
+    report_json = tmp_path / "bench.json"
+    outputs.write_json(report_json, {"seconds": 1.5}, "scripts/bench_a.py")
+    assert json.loads(report_json.read_text()) == {
+        "written_by": "scripts/bench_a.py",
+        "seconds": 1.5,
+    }
+    assert outputs.written_by(report_json) == "scripts/bench_a.py"
+    assert check_output_file(report_json, key="--out", writer="scripts/bench_a.py") == report_json
+    with pytest.raises(OutputDirError, match=r"exists \(scripts/bench_a.py wrote it\): pass "):
+        check_output_file(report_json, key="--out", writer="scripts/bench_b.py")
+    check_output_file(report_json, key="--out", writer="scripts/bench_b.py", overwrite=True)
+
+    notes = tmp_path / "notes.json"
+    notes.write_text('["a list, not a report"]')
+    with pytest.raises(OutputDirError, match="not written by this script.*--overwrite"):
+        check_output_file(notes, key="--json", writer="scripts/bench_a.py")
+    assert outputs.written_by(notes) is None
+    (tmp_path / "broken.json").write_bytes(b"\xff{")
+    assert outputs.written_by(tmp_path / "broken.json") is None
+    assert not list(tmp_path.glob(".*partial"))  # the temporary file was renamed over
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_an_output_folders_own_file_is_never_replaced(tmp_path: Path, name: str) -> None:
+    kind = KINDS[name]
+    folder = _holding(tmp_path / "out", kind)
+    for own in kind.files:
+        if "*" in own or (folder / own).is_dir():
+            continue
+        with pytest.raises(OutputDirError, match=f"is a file of {name}"):
+            check_output_file(folder / own, key="--out", writer="scripts/x.py", overwrite=True)
+    # Its other files are the writer's to choose: a plot beside a run's metrics.
+    check_output_file(folder / "curve.png", key="--out", writer="scripts/x.py")
+
+
+def test_a_plot_is_marked_and_named_by_a_format_matplotlib_writes(tmp_path: Path) -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure = plt.figure()
+    figure.savefig(tmp_path / "curve.png", metadata=outputs.png_metadata("scripts/plot.py"))
+    plt.close(figure)
+    assert outputs.written_by(tmp_path / "curve.png") == "scripts/plot.py"
+    check_output_file(
+        tmp_path / "curve.png", key="--out", writer="scripts/plot.py", suffixes=PLOT_SUFFIXES
+    )
+    with pytest.raises(OutputDirError, match=r"\(scripts/plot.py wrote it\)"):
+        check_output_file(tmp_path / "curve.png", key="--out", writer="scripts/other.py")
+    for bad in ("curve", "curve.jpeg2000"):
+        with pytest.raises(OutputDirError, match=r"name a file ending in \.png or \.pdf or"):
+            check_output_file(
+                tmp_path / bad, key="--out", writer="scripts/plot.py", suffixes=PLOT_SUFFIXES
+            )

@@ -36,6 +36,8 @@ class Scripted(ThreadingHTTPServer):
     def __init__(self, mode: str, *, lists: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.mode, self.lists, self.requests = mode, lists, []
+        self.poison: object = None
+        """Not None: every log-probability answered is this (NaN, a string...)."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -73,6 +75,8 @@ class Handler(BaseHTTPRequestHandler):
             choices = [self._choice(i, text, body) for i, text in enumerate(prompts)]
         except ValueError as error:
             return self._send(400, {"error": {"message": str(error)}})
+        if self.server.poison is not None:
+            choices = [_poisoned(choice, self.server.poison) for choice in choices]
         self._send(200, {"choices": choices})
 
     def _choice(self, index: int, text: str, body: dict) -> dict:
@@ -113,6 +117,18 @@ class Handler(BaseHTTPRequestHandler):
         }
         answer = text + ("x" if body["max_tokens"] else "")
         return {"index": index, "text": answer, "logprobs": logprobs}
+
+
+def _poisoned(choice: dict, value: object) -> dict:
+    """`choice` with every log-probability replaced by `value` (the first stays null)."""
+    logprobs = choice.get("logprobs")
+    if logprobs:
+        values = logprobs["token_logprobs"]
+        logprobs["token_logprobs"] = [v if v is None else value for v in values]
+    for entry in choice.get("prompt_logprobs") or []:
+        for info in (entry or {}).values():
+            info["logprob"] = value
+    return choice
 
 
 @pytest.fixture
@@ -180,3 +196,32 @@ def test_a_server_without_prompt_log_probabilities_is_named_as_such(serve) -> No
     for dialect in ("echo_one:", "echo:", "prompt_logprobs:", "forced:"):
         assert dialect in message
     assert "the chat clients still work" in message
+
+
+@pytest.mark.parametrize("mode", ["echo_one", "prompt_logprobs", "shifted"])
+@pytest.mark.parametrize("value", [float("nan"), float("-inf"), "-0.5", True])
+def test_log_probabilities_that_are_not_finite_numbers_are_refused(
+    serve, mode: str, value: object
+) -> None:
+    # Found with good numbers, then answered with bad ones: the answer is refused, naming the
+    # server and the field, never summed into a score.
+    server, url = serve(mode, lists=mode != "shifted")
+    scorer = OpenAIScorer(url, max_retries=0, delay=0.01)
+    scorer.log_likelihoods(PROMPTS[:1], ACTIONS[:1])
+    server.poison = value
+    field = "prompt_logprobs[].logprob" if mode == "prompt_logprobs" else "token_logprobs"
+    with pytest.raises(ChatClientError) as raised:
+        scorer.log_likelihoods(PROMPTS, ACTIONS)
+    message = str(raised.value)
+    assert message.startswith(url) and field in message and repr(value) in message
+    assert "must be a finite number" in message and "\n" not in message
+
+
+def test_a_server_answering_nan_from_the_start_offers_no_dialect(serve) -> None:
+    server, url = serve("echo_one")
+    server.poison = float("nan")
+    with pytest.raises(ChatClientError) as raised:
+        OpenAIScorer(url, max_retries=0, delay=0.01).log_likelihoods(PROMPTS[:1], ACTIONS[:1])
+    message = str(raised.value)
+    assert message.startswith(url) and "offers no prompt log-probabilities" in message
+    assert "echo_one: /completions answered logprobs.token_logprobs = nan" in message

@@ -7,6 +7,7 @@ permutation test against values worked out by hand or in closed form.
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -104,3 +105,31 @@ def test_the_seed_test_script_prints_the_intervals_and_the_tests(
     with pytest.raises(SystemExit) as stopped:
         seed_test.main(["a=0.5", "b=0.6"])
     assert stopped.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        (["a=0.5,1.6", "b=0.4,0.5"], "a rate lies in [0, 1]; pass --not-rates"),
+        (["a=", "b=0.4,0.5"], "'a=': no value"),
+        (["a=0.5,nan", "b=0.4,0.5"], "the values must be finite numbers"),
+        (["--not-rates", "a=4096,inf", "b=2048,1024"], "the values must be finite numbers"),
+        (["a=0.5,0.6", "a=0.4,0.5"], "the label(s) a name two groups"),
+        (["a=0.5,x"], "the values must be numbers"),
+    ],
+)
+def test_the_seed_test_script_refuses_bad_groups_in_one_line(
+    groups: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "scripts" / "seed_test.py"),
+            *groups,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and message in done.stderr
+    assert len(done.stderr.splitlines()) == 1  # no traceback

@@ -86,6 +86,7 @@ def test_echoed_log_probabilities_are_openai_s_format(server: ChatServer) -> Non
 
 def test_the_server_refuses_what_it_does_not_score(server: ChatServer) -> None:
     url = f"{server.url}/completions"
+    context = server.client.model.config.max_position_embeddings
     scoring = {"prompt": "go to", "max_tokens": 0, "echo": True, "logprobs": 0}
     for change, status, text in [
         ({"max_tokens": 5}, 400, "only scores prompts"),
@@ -94,6 +95,7 @@ def test_the_server_refuses_what_it_does_not_score(server: ChatServer) -> None:
         ({"prompt": []}, 400, "prompt must be a non-empty text"),
         ({"prompt": [17, 4]}, 400, "prompt must be a non-empty text"),
         ({"model": "gpt-4o"}, 404, "model 'gpt-4o' is not served here"),
+        ({"prompt": "go to " * (context + 1)}, 400, f"past 'tiny''s context of {context}"),
     ]:
         refused = requests.post(url, json={**scoring, **change}, timeout=30)
         assert refused.status_code == status, change

@@ -392,3 +392,45 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
     assert result.returncode == 3, result.stderr
     assert "NaN" in result.stderr and "update_000002" in result.stderr
     assert tree_digest(run_dir / "checkpoints") == before
+
+
+def test_a_run_with_nothing_left_to_train_says_so(finished_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    result = train(run_dir, f"train.total_frames={2 * FRAMES_PER_UPDATE}", "train.resume=true")
+    assert result.returncode == 0, result.stderr
+    assert "its 128 frames already reach train.total_frames=128: nothing left" in result.stdout
+    assert metric_updates(run_dir) == [1, 2]
+
+
+def test_a_run_that_stopped_before_its_first_update_is_started_again(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    # What a coupling's unreachable server leaves: config.yaml and empty logs, no checkpoint.
+    run_dir = tmp_path / "stopped"
+    (run_dir / "tensorboard").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text((finished_run / "config.yaml").read_text())
+    result = train(run_dir, f"train.total_frames={2 * FRAMES_PER_UPDATE}")
+    assert result.returncode == 0, result.stderr
+    assert "stopped before its first update" in result.stdout
+    assert metric_updates(run_dir) == [1, 2]
+
+
+def test_resuming_with_another_algorithm_names_the_setting(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(finished_run), str(run_dir)], check=True)
+    before = tree_digest(run_dir)
+    result = train(
+        run_dir,
+        f"train.total_frames={4 * FRAMES_PER_UPDATE}",
+        "train.resume=true",
+        "algorithm.name=grpo",
+        "algorithm.kl_coef=0",
+        "algorithm.clip_level=sequence",
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "algorithm.name: 'ppo' -> 'grpo'" in result.stderr
+    assert "Traceback" not in result.stderr and "optimizer.pt" not in result.stderr
+    assert tree_digest(run_dir) == before

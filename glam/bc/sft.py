@@ -339,7 +339,7 @@ def train_bc(run: BCRunConfig) -> BCResult:
     """
     bc = run.bc
     output_dir = bc.check_output_dir()
-    pairs = load_demos(bc.dataset)
+    pairs = load_demos(bc.dataset, keep_in_memory=True)  # no cache file in the dataset's folder
     if bc.max_pairs is not None:
         pairs = pairs.select(range(min(bc.max_pairs, len(pairs))))
     space = dataset_action_space(pairs)

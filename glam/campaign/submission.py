@@ -17,13 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from babyai_text.actions import ACTION_SPACES
 from babyai_text.env import known_level_ids
 from glam.campaign.config import REPO_ROOT, CampaignError, load_campaign
 from glam.campaign.jobs import Job, plan_jobs
 from glam.campaign.local import plan_local, run_local
 from glam.config import ConfigError, compose_config
-from glam.models.specs import model_spec_problem
+from glam.models.specs import model_layer_count, model_spec_problem
 
 
 def compose_jobs(jobs: Sequence[Job]) -> tuple[list[Any], list[str]]:
@@ -72,6 +74,30 @@ def setting_problems(config: Any) -> list[str]:
     model = getattr(getattr(config, "model", None), "name_or_path", None)
     if policy == "llm" and model is not None and (problem := model_spec_problem(model)):
         problems.append(f"model.name_or_path: {problem}")
+    elif policy == "llm" and model is not None:
+        problems += _layer_problems(config.model, model_layer_count(model))
+    return problems
+
+
+def _layer_problems(model: Any, count: int | None) -> list[str]:
+    """`model.lora.layers` and `model.trained_layers` against the model's `count` layers (not
+    checked where the count needs the hub)."""
+    if count is None:
+        return []
+    problems = []
+    for key, layers in (
+        ("model.lora.layers", getattr(getattr(model, "lora", None), "layers", None)),
+        ("model.trained_layers", getattr(model, "trained_layers", None)),
+    ):
+        if isinstance(layers, int) and layers > count:
+            problems.append(f"{key}={layers}: the model has {count} layers")
+        elif isinstance(layers, (list, tuple)) or OmegaConf.is_list(layers):
+            outside = [index for index in layers if not 0 <= index < count]
+            if outside:
+                problems.append(
+                    f"{key}={list(layers)}: the model's layers are 0 to {count - 1} ({outside} "
+                    "outside)"
+                )
     return problems
 
 

@@ -242,6 +242,13 @@ def _prompt_logprobs(client: LocalChatClient, prompt: str, top: int) -> dict[str
     """OpenAI's `logprobs` object of `prompt` echoed: each token's log-probability given the
     ones before it (the tokenizer's special tokens included, as the scorer counts them)."""
     encoded = client.tokenizer(prompt, return_offsets_mapping=True)
+    context = getattr(client.model.config, "max_position_embeddings", None)
+    if isinstance(context, int) and len(encoded["input_ids"]) > context:
+        # what vLLM answers too: past its positions a model's scores mean nothing
+        raise RequestError(
+            f"the prompt has {len(encoded['input_ids'])} tokens, past {client.model_id!r}'s "
+            f"context of {context} (max_position_embeddings): shorten it"
+        )
     ids = torch.tensor([encoded["input_ids"]])
     logits = client.model(input_ids=ids).logits[0].float()
     logprobs = torch.log_softmax(logits[:-1], dim=-1)  # row t predicts token t + 1

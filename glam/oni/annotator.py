@@ -335,6 +335,30 @@ class Annotator:
             self._check_health(now)
         return labels
 
+    def wait_for_answer(
+        self, timeout: float, interval: float = 0.05
+    ) -> list[tuple[Message, float]]:
+        """Poll until the annotator has answered once (ready, and a label if any message was
+        sent) or `timeout` seconds pass; return the labels that arrived.
+
+        Raises:
+            AnnotatorError: it failed or died (as `poll`), or gave no answer within `timeout`.
+        """
+        labels = self.poll()
+        deadline = time.monotonic() + timeout
+        while not self.ready or (self.stats.sent and not self.stats.received):
+            if time.monotonic() > deadline:
+                what = "started" if not self.ready else "labelled a message"
+                self.close()
+                raise AnnotatorError(
+                    f"the ONI annotator has not {what} {timeout:g} s after the run's last update "
+                    f"(oni.backend={self.cfg.backend}, {self.stats.pending} messages pending)"
+                )
+            time.sleep(interval)
+            self._last_check = 0.0  # a health check at every poll: a dead process shows now
+            labels += self.poll()
+        return labels
+
     def _check_health(self, now: float) -> None:
         if self._closed:
             raise AnnotatorError("the ONI annotator was closed")

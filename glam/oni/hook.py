@@ -243,6 +243,18 @@ class OniHook(TrainerHook):
             "oni/extrinsic_per_episode": extr / episodes if episodes else math.nan,
         }
 
+    def finish(self, training: Training) -> None:
+        """Wait (up to `oni.hang_timeout`) for the annotator's first answer if it has given
+        none: a run shorter than the annotator's start-up ends as the loop would have, with the
+        annotator's error (exit status 4), not with "done"."""
+        if self.annotator is None:
+            raise RuntimeError("OniHook.start was not called: no annotator")
+        self.exchange()
+        labels = self.annotator.wait_for_answer(self.cfg.hang_timeout)
+        if labels:
+            self.reward_model.add(labels)
+            self._save(labels)
+
     def close(self) -> None:
         """Stop the annotator's process; close the labels file."""
         if self.annotator is not None:

@@ -15,6 +15,8 @@ The points, in the order of one update:
 - `after_step`: at each rollout step, after the envs applied the actions;
 - `loss`: for each micro-batch of the update, a term added to PPO's loss;
 - `after_update`: after the optimizer steps, metrics to add to the update's row;
+- `finish`: once, when the loop has run its frames (not on an error or a stop signal), before
+  the last checkpoint: the helpers that work beside the loop are checked a last time;
 - `close`: once, when the run ends (normally or not).
 """
 
@@ -82,6 +84,12 @@ class TrainerHook:
         add to the update's row (namespaced, e.g. `probe/...`). Collective calls (a forward
         under ZeRO-3) must run on every process."""
         return {}
+
+    def finish(self, training: Training) -> None:
+        """Called once when the loop has run its frames, before the last checkpoint (not when
+        the run stops on an error or a signal): check what works beside the loop (a helper
+        process, a server) as the loop does, so that a run too short to meet its failure does
+        not end as a success. Raise `HookError` to end the run with status 4."""
 
     def close(self) -> None:
         """Called once when `train` returns or raises: release models, servers, files."""

@@ -255,6 +255,9 @@ def train(
             # 5. Checkpoint.
             if checkpoint_due(cfg, t.state):
                 checkpoint = t.save()
+        if not stop.stopping:  # a helper's failure is the run's, even in a short run
+            for hook in hooks:
+                hook.finish(t)
         if stop.stopping or checkpoint is None:
             checkpoint = t.save()  # a no-op if this update was just saved
     finally:

@@ -60,13 +60,20 @@ def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
 
 def check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
     """Check the run folder (`glam.outputs.check_output_dir`: not a file, writable, holding no
-    other kind of output; a used one needs `train.resume=true`), then create it."""
+    other kind of output; a used one needs `train.resume=true`, unless the run there stopped
+    before its first update: nothing to lose, it starts afresh), then create it."""
+    again = not cfg.train.resume and stopped_before_first_update(run_dir)
+    if again:
+        print(
+            f"[glam] {run_dir} holds a run that stopped before its first update (no checkpoint, "
+            "no metrics): starting it afresh"
+        )
     try:
         check_output_dir_for(
             run_dir,
             TRAINING_RUN,
             key="train.output_dir",
-            overwrite=cfg.train.resume,
+            overwrite=cfg.train.resume or again,
             overwrite_key="train.resume",
             again="continue it",
         )
@@ -77,6 +84,21 @@ def check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
         raise SetupError(
             f"train.output_dir={str(run_dir)!r} cannot be created: {describe_error(error)}"
         ) from None
+
+
+def stopped_before_first_update(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run's start and nothing more: its config.yaml, no checkpoint,
+    no metrics row (a coupling's server that could not be reached stops a run there)."""
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.exists() and (not checkpoints.is_dir() or any(checkpoints.iterdir())):
+        return False
+    metrics = run_dir / "metrics.csv"
+    try:
+        return not metrics.exists() or len(metrics.read_text().splitlines()) <= 1
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def pick_resume_checkpoint(
@@ -102,6 +124,9 @@ def pick_resume_checkpoint(
 
 
 _SAME_RUN_SECTIONS = ("model", "policy", "env", "symbolic", "drrn")
+_SAME_RUN_KEYS = ("algorithm.name", "algorithm.group_size")
+"""Settings outside those sections that a checkpoint is bound to: the algorithm's heads and
+optimizer state, and (for the group algorithms) how the envs are grouped."""
 
 
 def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
@@ -117,14 +142,18 @@ def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None
     now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
     # Setting by setting (`model.lora.r`), and only those the checkpoint's config has: a key
     # added to the schema since it was written (`model.lora.layers`) keeps its old meaning.
+    bound = [key for key in _SAME_RUN_KEYS if key != "algorithm.group_size" or _grouped(saved)]
     changed = [
         f"{key}: {saved[key]!r} -> {value!r}"
         for key, value in now.items()
-        if key.split(".", 1)[0] in _SAME_RUN_SECTIONS and key in saved and saved[key] != value
+        if (key.split(".", 1)[0] in _SAME_RUN_SECTIONS or key in bound)
+        and key in saved
+        and saved[key] != value
     ]
     if changed:
         raise SetupError(
-            f"cannot resume {checkpoint}: the model/policy/env settings differ from the run's:\n  "
+            f"cannot resume {checkpoint}: the model/policy/env/algorithm settings differ from "
+            "the run's:\n  "
             + "\n  ".join(changed)
         )
 
@@ -148,6 +177,11 @@ def changed_settings(cfg: TrainingRunConfig, checkpoint: Path) -> list[str]:
         and key.split(".", 1)[0] not in _SAME_RUN_SECTIONS
         and key not in _RESUME_KEYS
     ]
+
+
+def _grouped(saved: dict) -> bool:
+    """Whether a checkpoint's run grouped its envs (GRPO, GiGPO: `algorithm.group_size`)."""
+    return saved.get("algorithm.name", "ppo") != "ppo"
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -194,6 +228,12 @@ def announce_resume(
         accelerator.print(
             f"[glam] resumed from {resume_from} (update {state.update}, frames {state.frames})"
         )
+        if state.frames >= cfg.train.total_frames:
+            accelerator.print(
+                f"[glam] its {state.frames} frames already reach train.total_frames="
+                f"{cfg.train.total_frames}: nothing left to train (raise train.total_frames to go "
+                "on)"
+            )
         set_aside_checkpoints_after(accelerator, resume_from, state.update)
     elif cfg.train.resume:
         accelerator.print(f"[glam] train.resume=true but {run_dir} has no checkpoint: fresh start")

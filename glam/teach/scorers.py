@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -183,17 +184,10 @@ class OpenAIScorer(SubgoalScorer):
             return [torch.zeros(0) for _ in prompts]
         if self.dialect is None:
             self.dialect = self._detect()
-        if self.dialect == "forced":
-            flat = [
-                self._forced_score(text, start) for text, start in zip(texts, starts, strict=True)
-            ]
-        else:
-            read = _prompt_logprobs_score if self.dialect == "prompt_logprobs" else _candidate_score
-            choices = self._completions(texts, self._body(self.dialect, logprobs=0))
-            flat = [
-                read(choice, start, text)
-                for choice, start, text in zip(choices, starts, texts, strict=True)
-            ]
+        try:
+            flat = self._scores(texts, starts)
+        except ChatClientError as error:
+            raise ChatClientError(f"{self.endpoint.base_url} ({self.dialect}): {error}") from None
         scores, at = [], 0
         for cands in candidates:
             scores.append(torch.tensor(flat[at : at + len(cands)], dtype=torch.float32))
@@ -202,6 +196,19 @@ class OpenAIScorer(SubgoalScorer):
 
     def close(self) -> None:
         self.endpoint.close()
+
+    def _scores(self, texts: Sequence[str], starts: Sequence[int]) -> list[float]:
+        """Each text's score from character `start` on, in the server's dialect."""
+        if self.dialect == "forced":
+            return [
+                self._forced_score(text, start) for text, start in zip(texts, starts, strict=True)
+            ]
+        read = _prompt_logprobs_score if self.dialect == "prompt_logprobs" else _candidate_score
+        choices = self._completions(texts, self._body(self.dialect, logprobs=0))
+        return [
+            read(choice, start, text)
+            for choice, start, text in zip(choices, starts, texts, strict=True)
+        ]
 
     # ---- the dialects ---------------------------------------------------------------------------
 
@@ -304,7 +311,7 @@ class OpenAIScorer(SubgoalScorer):
             values = (choice.get("logprobs") or {}).get("token_logprobs")
             if not isinstance(values, list) or not values or values[0] is None:
                 raise ChatClientError("/completions answered a forced token without logprobs")
-            total += float(values[0])
+            total += _log_probability(values[0], "logprobs.token_logprobs")
             prefix += choice.get("text", "")
         return total
 
@@ -359,7 +366,7 @@ def _candidate_score(choice: dict, start: int, text: str) -> float:
     picked = [v for offset, v in zip(offsets, values, strict=False) if start <= offset < len(text)]
     if not picked or any(v is None for v in picked):
         raise ChatClientError(f"no scored token after the prompt in {text!r}")
-    return float(sum(picked))
+    return sum(_log_probability(v, "logprobs.token_logprobs") for v in picked)
 
 
 def _prompt_logprobs_score(choice: dict, start: int, text: str) -> float:
@@ -383,18 +390,32 @@ def _prompt_logprobs_score(choice: dict, start: int, text: str) -> float:
             )
         (info,) = entry.values()
         token = info.get("decoded_token") if isinstance(info, dict) else None
-        if not isinstance(token, str) or not isinstance(info.get("logprob"), (int, float)):
+        if not isinstance(token, str) or "logprob" not in info:
             raise ChatClientError("a prompt_logprobs entry has no logprob and decoded_token")
         end -= len(token)
         if end < start:
             break
-        total += float(info["logprob"])
+        total += _log_probability(info["logprob"], "prompt_logprobs[].logprob")
         picked += 1
         if end == start:
             break
     if not picked:
         raise ChatClientError(f"no scored token after the prompt in {text!r}")
     return total
+
+
+def _log_probability(value: object, field: str) -> float:
+    """`value` of the answer's `field` as a log-probability: a finite number.
+
+    Raises:
+        ChatClientError: a string, a boolean, NaN or an infinity, naming the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ChatClientError(
+            f"/completions answered {field} = {value!r}: a log-probability must be a finite "
+            "number (the server's scores cannot be used)"
+        )
+    return float(value)
 
 
 def _alignment(choice: dict) -> tuple[int, int]:
