@@ -153,8 +153,7 @@ def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None
     if changed:
         raise SetupError(
             f"cannot resume {checkpoint}: the model/policy/env/algorithm settings differ from "
-            "the run's:\n  "
-            + "\n  ".join(changed)
+            "the run's:\n  " + "\n  ".join(changed)
         )
 
 
