@@ -196,14 +196,14 @@ def states_of(args: argparse.Namespace, tokenizer: Any, trained: dict[str, Any])
 
 def table(report: dict[str, Any], layers: list[int]) -> str:
     """The held-out accuracies as a markdown table, one row per task."""
-    columns = ["majority", "hand-made", *(f"layer {layer}" for layer in layers)]
+    columns = ["majority", "hand-made", "hand-made table", *(f"layer {layer}" for layer in layers)]
     lines = [
         "| task | classes | " + " | ".join(columns) + " |",
         "|---|---:|" + "---:|" * len(columns),
     ]
     for task, result in report["tasks"].items():
         probes = result["probes"]
-        cells = [result["majority"], probes["hand_made"]["accuracy"]]
+        cells = [result["majority"], probes["hand_made"]["accuracy"], result["hand_made_table"]]
         cells += [probes[f"layer_{layer}"]["accuracy"] for layer in layers]
         lines.append(
             f"| {task} | {len(result['classes'])} | " + " | ".join(f"{c:.3f}" for c in cells) + " |"

@@ -31,6 +31,7 @@ from glam.eval.feature_probe import (
     fit_linear_probe,
     last_token_states,
     majority_accuracy,
+    table_accuracy,
     probe_states,
     probe_task,
     read_states,
@@ -127,6 +128,15 @@ def test_majority_accuracy_uses_the_training_split_majority() -> None:
     train = torch.tensor([2, 2, 1, 0, 2])
     test = torch.tensor([1, 1, 2, 0])
     assert majority_accuracy(train, test) == 0.25
+
+
+def test_the_table_rule_takes_each_keys_commonest_label_by_hand() -> None:
+    keys = torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [0.0, 0.0], [0.0, 0.0], [3.0, 1.0]])
+    labels = torch.tensor([2, 2, 0, 1, 0, 1])  # key (1,2): 2; key (0,0): a tie, the lowest, 0
+    test_keys = torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 1.0], [9.0, 9.0]])
+    # (9, 9) was never seen: the commonest label overall (0, 1 and 2 tie at 2: the lowest, 0)
+    assert table_accuracy(keys, labels, test_keys, torch.tensor([2, 0, 1, 0])) == 1.0
+    assert table_accuracy(keys, labels, test_keys, torch.tensor([0, 1, 1, 2])) == 0.25
 
 
 def test_split_is_by_episode_seeded_and_disjoint() -> None:

@@ -15,8 +15,10 @@ import pytest
 
 from glam.eval.stats import (
     compare_seeds,
+    holm,
     one_sample_test,
     permutation_p_value,
+    sampled_baseline_test,
     seed_interval,
     t_interval,
     t_quantile,
@@ -97,14 +99,28 @@ def test_the_seed_test_script_prints_the_intervals_and_the_tests(
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import seed_test
 
-    seed_test.main(["none=0.59,0.65,0.62", "llm=0.70,0.75,0.62", "rule=0.5"])
+    seed_test.main(["none=0.59,0.65,0.62", "llm=0.70,0.75,0.62", "rule=0.5", "random=40/100"])
     out = capsys.readouterr().out
     assert "| none | 3 | 0.62 | [0.545, 0.695] |" in out
-    assert "| llm | -0.07 | -1.681 | 2.80 | 0.198 | 0.300 |" in out
-    assert "| rule | 1 | 0.5 | - (one evaluation) |" in out
+    assert "| rule | 1 | 0.5 | - (one evaluation of a deterministic rule) |" in out
+    assert "| random | - | 0.4 | [0.309, 0.498] (Wilson, 100 episodes) |" in out
+    assert "Holm's correction over these 3 test(s)" in out
+    # raw p 0.1977, 0.0202, 6.80e-05: Holm multiplies the smallest by 3, the next by 2, then 1
+    assert "| llm | none | +0.07 | Welch | 1.681 | 2.80 | 0.1977 | 0.1977 | 0.3000 |" in out
+    assert "| rule | none | -0.12 | one-sample | -6.928 | 2.00 | 0.0202 | 0.0404 | - |" in out
+    assert "| random | none | -0.22 | Welch, random sampled | -4.234 | 70.65 | 6.80e-05 |" in out
+
+    # Two references: every other group against each, one family of 2 x 2 tests.
+    groups = ["none=0.59,0.65,0.62", "llm=0.70,0.75,0.62", "rule=0.5", "other=0.60,0.61,0.62"]
+    seed_test.main(["--reference", "llm,rule", *groups])
+    out = capsys.readouterr().out
+    assert "Against llm, rule; Holm's correction over these 4 test(s)" in out
+    assert "| none | llm | -0.07 | Welch | -1.681 | 2.80 | 0.1977 |" in out
+    assert "| other | rule | +0.11 | one-sample |" in out
     with pytest.raises(SystemExit) as stopped:
         seed_test.main(["a=0.5", "b=0.6"])
     assert stopped.value.code == 2
+    assert "compare_episodes.py" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -116,6 +132,8 @@ def test_the_seed_test_script_prints_the_intervals_and_the_tests(
         (["--not-rates", "a=4096,inf", "b=2048,1024"], "the values must be finite numbers"),
         (["a=0.5,0.6", "a=0.4,0.5"], "the label(s) a name two groups"),
         (["a=0.5,x"], "the values must be numbers"),
+        (["a=0.5,0.6", "b=7/5"], "K/N needs 0 <= K <= N"),
+        (["a=0.5,0.6", "b=0.4,0.5", "--reference", "c"], "--reference c: no group c"),
     ],
 )
 def test_the_seed_test_script_refuses_bad_groups_in_one_line(
@@ -133,3 +151,28 @@ def test_the_seed_test_script_refuses_bad_groups_in_one_line(
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("error: ") and message in done.stderr
     assert len(done.stderr.splitlines()) == 1  # no traceback
+
+
+def test_a_sampled_baseline_carries_its_own_variance_by_hand() -> None:
+    # seeds 0.5, 0.6, 0.7: mean 0.6, variance 0.01 -> 0.01 / 3; baseline 40 of 100: 0.24 / 100
+    va, vb = 0.01 / 3, 0.4 * 0.6 / 100
+    t, df, p = sampled_baseline_test([0.5, 0.6, 0.7], 40, 100)
+    assert t == pytest.approx(0.2 / math.sqrt(va + vb))  # 2.641
+    assert df == pytest.approx((va + vb) ** 2 / (va**2 / 2 + vb**2 / 99))  # 5.86
+    assert p == pytest.approx(t_two_sided_p(t, df))
+    # Seeds that agree against a baseline of 100 episodes: its sampling error dominates, and
+    # treating its rate as a constant makes p far too small.
+    constant = one_sample_test([0.66, 0.67, 0.68], 0.53)[2]
+    sampled = sampled_baseline_test([0.66, 0.67, 0.68], 53, 100)[2]
+    assert constant < 0.002 < 0.005 < sampled < 0.01
+    # A baseline that never succeeds has no variance: the one-sample test.
+    assert sampled_baseline_test([0.1, 0.2, 0.3], 0, 100) == one_sample_test([0.1, 0.2, 0.3], 0.0)
+    with pytest.raises(ValueError, match="not a count"):
+        sampled_baseline_test([0.5, 0.6], 101, 100)
+
+
+def test_holm_by_hand() -> None:
+    # sorted: 0.01 x 4 = 0.04; 0.03 x 3 = 0.09; 0.04 x 2 = 0.08 -> 0.09 (monotone); 0.2 x 1
+    assert holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped
+    assert holm([]) == []

@@ -74,6 +74,7 @@ __all__ = [
     "fit_linear_probe",
     "last_token_states",
     "majority_accuracy",
+    "table_accuracy",
     "num_layers",
     "probe_states",
     "probe_task",
@@ -530,6 +531,24 @@ def majority_accuracy(train_labels: Tensor, test_labels: Tensor) -> float:
     return float((test_labels == counts.argmax()).double().mean())
 
 
+def table_accuracy(
+    keys: Tensor, train_labels: Tensor, test_keys: Tensor, test_labels: Tensor
+) -> float:
+    """Accuracy on the test states of the best rule that reads only `keys` (the hand-made
+    features, `(states, k)`): each distinct key's commonest training label (the lowest index
+    among ties), the commonest label overall for a key no training state had. No linear limit:
+    the most any function of those features gets, up to what the training states saw."""
+    overall = int(torch.bincount(train_labels.long()).argmax())
+    counts: dict[tuple[float, ...], Counter[int]] = {}
+    for key, label in zip(keys.tolist(), train_labels.tolist(), strict=True):
+        counts.setdefault(tuple(key), Counter())[int(label)] += 1
+    predicted = [
+        min(c, key=lambda label: (-c[label], label)) if (c := counts.get(tuple(key))) else overall
+        for key in test_keys.tolist()
+    ]
+    return float((torch.tensor(predicted) == test_labels.long()).double().mean())
+
+
 def _state_mask(episodes: Tensor, chosen: Sequence[int]) -> Tensor:
     return torch.isin(episodes, torch.tensor(list(chosen), dtype=episodes.dtype))
 
@@ -605,6 +624,8 @@ def probe_states(
     episodes = torch.tensor(states.episodes)
     train_ids, test_ids = split_episodes(states.episodes, held_out, seed)
     train, test = _state_mask(episodes, train_ids), _state_mask(episodes, test_ids)
+    # where the target is: its offsets when visible, one key for "not in view"
+    table_keys = states.hand_made() * states.hand_made()[:, 2:3]
     feature_sets = {"hand_made": states.hand_made()} | {
         f"layer_{layer}": tensor for layer, tensor in features.items()
     }
@@ -616,6 +637,9 @@ def probe_states(
             "train_counts": _counts(classes, labels[train]),
             "test_counts": _counts(classes, labels[test]),
             "majority": majority_accuracy(labels[train], labels[test]),
+            "hand_made_table": table_accuracy(
+                table_keys[train], labels[train], table_keys[test], labels[test]
+            ),
             "probes": {
                 name: probe_task(
                     tensor,

@@ -9,6 +9,13 @@
   of two groups of seeds (`compare_seeds`): Welch's t-test with its p-value, beside the exact
   permutation test's. The unit of replication is the seed: the episodes of one seed share its
   training, so pooling them gives an interval for that policy, not for the method.
+- Seeds against one evaluation of a baseline: a deterministic rule (the bot, always one
+  action), whose one evaluation is all there is, by the one-sample t-test (`one_sample_test`);
+  a stochastic one (uniformly random actions, random asking, a sampled teacher), whose one
+  evaluation of n episodes is itself a sample, by Welch's test with the baseline's binomial
+  variance (`sampled_baseline_test`): treating its rate as a constant makes p too small.
+- Many tests of one claims table: Holm's step-down correction over the table's family
+  (`holm`); the verdicts read the corrected p-values.
 
 Why Welch is the test the docs read: with three seeds a side, an exact permutation test has
 C(6, 3) = 20 relabellings, so its two-sided p-value is never below 2 / 20 = 0.1 whatever the
@@ -36,8 +43,10 @@ __all__ = [
     "balrog_progress",
     "compare_seeds",
     "mcnemar_exact_p",
+    "holm",
     "one_sample_test",
     "permutation_p_value",
+    "sampled_baseline_test",
     "seed_interval",
     "summarize",
     "t_interval",
@@ -287,6 +296,48 @@ def one_sample_test(values: Sequence[float], reference: float) -> tuple[float, f
         return math.copysign(math.inf, difference), len(x) - 1.0, 0.0
     t = difference / spread
     return t, len(x) - 1.0, t_two_sided_p(t, len(x) - 1.0)
+
+
+def sampled_baseline_test(
+    values: Sequence[float], successes: int, trials: int
+) -> tuple[float, float, float]:
+    """`(t, df, p)` of seeds' rates `values` against a stochastic baseline evaluated once with
+    `successes` of `trials` episodes, two-sided: Welch's test with the baseline's variance
+    p(1 - p) / trials (p = successes / trials) and `trials - 1` degrees of freedom, so that the
+    baseline's own sampling error is counted (a baseline of rate 0 or 1 has none: the test is
+    then the one-sample test).
+
+    Raises:
+        ValueError: fewer than 2 values, or counts that are not 0 <= successes <= trials, 2 <=
+            trials.
+    """
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        raise ValueError(f"a test over seeds needs at least 2 values, got {len(x)}")
+    if not (0 <= successes <= trials and trials >= 2):
+        raise ValueError(f"a baseline of {successes} successes in {trials} episodes is not a count")
+    rate = successes / trials
+    va, vb = float(x.var(ddof=1)) / len(x), rate * (1 - rate) / trials
+    if vb == 0.0:
+        return one_sample_test(x, rate)
+    difference = float(x.mean()) - rate
+    t = difference / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (trials - 1))
+    return t, df, t_two_sided_p(t, df)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of a family of tests, in the given order: the i-th
+    smallest p times (m - i + 1), made non-decreasing, capped at 1. A test is rejected at level
+    alpha when its adjusted p-value is below alpha (family-wise error at most alpha)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 PERMUTATION_EXACT_LIMIT = 200_000
