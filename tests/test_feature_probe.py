@@ -31,12 +31,12 @@ from glam.eval.feature_probe import (
     fit_linear_probe,
     last_token_states,
     majority_accuracy,
-    table_accuracy,
     probe_states,
     probe_task,
     read_states,
     split_episodes,
     states_from_records,
+    table_accuracy,
     target_features,
 )
 from glam.models.loading import load_model
