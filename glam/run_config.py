@@ -16,6 +16,7 @@ from glam.ask.config import AskConfig
 from glam.baselines.config import DRRNConfig, SymbolicConfig
 from glam.codeact.config import CodeactConfig
 from glam.config import CoreRunConfig, hydra_schema
+from glam.offpolicy.config import SacConfig
 from glam.oni.config import OniConfig
 from glam.policy.generation_config import GenerationConfig
 from glam.ppo.algorithm_config import AlgorithmConfig
@@ -51,4 +52,7 @@ class TrainingRunConfig(CoreRunConfig):
     generate: GenerationConfig = field(default_factory=GenerationConfig)
     """How a policy that writes its action samples and reads it (`policy.kind=generate`)."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    """The update's advantages and loss: PPO (default), GRPO or GiGPO (`glam.ppo.algorithms`)."""
+    """The update's advantages and loss: PPO (default), GRPO or GiGPO (`glam.ppo.algorithms`);
+    or `sac`, trained off-policy (`glam.offpolicy`)."""
+    sac: SacConfig = field(default_factory=SacConfig)
+    """Discrete Soft Actor-Critic's learner (`algorithm.name=sac`; unused otherwise)."""

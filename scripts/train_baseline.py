@@ -68,6 +68,12 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
         hooks = coupling_hooks(cfg)
         make_policy = coupling_policy_factory(cfg, build_symbolic_policy, hooks)
         trainer = partial(train, make_policy=make_policy, hooks=hooks)
+        if cfg.algorithm.name == "sac":
+            from glam.offpolicy.trainer import train_sac
+
+            if hooks:
+                return report("algorithm.name=sac trains without couplings (ask, oni, codeact)")
+            trainer = partial(train_sac, make_policy=build_symbolic_policy)
     return run_training(cfg, trainer, config_name=config_name)
 
 

@@ -35,6 +35,7 @@ See docs/training.md and the README's "Checkpoints".
 
 from __future__ import annotations
 
+from glam.cli import report
 from glam.config import config_main, register_configs
 from glam.run_config import TrainingRunConfig
 
@@ -59,6 +60,14 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
 
     hooks = coupling_hooks(cfg)
     make_policy = coupling_policy_factory(cfg, build_policy, hooks)
+    if cfg.algorithm.name == "sac":
+        from glam.offpolicy.trainer import train_sac
+
+        if hooks:
+            return report("algorithm.name=sac trains without couplings (teach, ask, oni, codeact)")
+        return run_training(
+            cfg, partial(train_sac, make_policy=build_policy), config_name=config_name
+        )
     trainer = partial(train, make_policy=make_policy, hooks=hooks)
     return run_training(cfg, trainer, config_name=config_name)
 

@@ -272,7 +272,7 @@ class SymbolicActorCritic(nn.Module):
         logits = self.actor(embedding)
         values = self.critic(embedding).squeeze(-1)
         mask = torch.ones_like(logits, dtype=torch.bool)
-        return PolicyOutput(logits, values, mask, next_memory)
+        return PolicyOutput(logits, values, mask, next_memory, features=embedding)
 
     # ----------------------------------------------------------------------------------------
     # Checkpoints

@@ -274,7 +274,11 @@ class LLMActorCritic(nn.Module):
             bases = hidden.detach() if cfg.value_from_base else [None] * len(kept)
             kept_trunk = [TrunkStates(h, b) for h, b in zip(kept, bases, strict=True)]
         return PolicyOutput(
-            logits=logits, values=self.value_head(hidden), mask=mask, trunk=kept_trunk
+            logits=logits,
+            values=self.value_head(hidden),
+            mask=mask,
+            trunk=kept_trunk,
+            features=hidden,
         )
 
     # ----------------------------------------------------------------------------------------

@@ -32,6 +32,10 @@ class PolicyOutput:
     trunk: list[TrunkStates] | None = None
     """Per prompt, what a language model's frozen trunk computed (`glam.trunk`), for the update
     to run from; None unless the policy keeps them (`LLMActorCritic.enable_trunk_cache`)."""
+    features: Tensor | None = None
+    """`(B, F)` the state representation the value head reads (a language model's last prompt
+    token, the symbolic network's embedding), for heads outside the policy (SAC's Q heads,
+    `glam.offpolicy`); None for a policy that gives none."""
 
     @property
     def dist(self) -> Categorical:
@@ -47,17 +51,22 @@ class PolicyOutput:
         """The output of the first `n` prompts of the batch."""
         memory = None if self.memory is None else self.memory[:n]
         trunk = None if self.trunk is None else self.trunk[:n]
-        return PolicyOutput(self.logits[:n], self.values[:n], self.mask[:n], memory, trunk)
+        features = None if self.features is None else self.features[:n]
+        return PolicyOutput(
+            self.logits[:n], self.values[:n], self.mask[:n], memory, trunk, features
+        )
 
     @classmethod
     def cat(cls, parts: Sequence[PolicyOutput]) -> PolicyOutput:
         """The outputs one after the other (the same number of candidates in each)."""
         memories = [part.memory for part in parts]
         trunks = [part.trunk for part in parts]
+        features = [part.features for part in parts]
         return cls(
             torch.cat([part.logits for part in parts]),
             torch.cat([part.values for part in parts]),
             torch.cat([part.mask for part in parts]),
             None if any(m is None for m in memories) else torch.cat(memories),
             None if any(t is None for t in trunks) else [s for t in trunks for s in t],
+            None if any(f is None for f in features) else torch.cat(features),
         )

@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from glam.run_config import TrainingRunConfig
 
 
-ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "grpo", "gigpo")
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "grpo", "gigpo", "sac")
 """The update's algorithm (`glam.ppo.algorithms`): PPO (GAE with a value head), GRPO (group-
 normalised episode returns, no value head, KL to the reference) and GiGPO (GRPO plus step-level
-advantages from identical observations across a group's episodes)."""
+advantages from identical observations across a group's episodes); or `sac`, discrete Soft
+Actor-Critic from a replay buffer, trained by its own loop (`glam.offpolicy.trainer`, section
+`sac`)."""
 
 CLIP_LEVELS: tuple[str, ...] = ("sequence", "token")
 
@@ -33,7 +35,7 @@ class AlgorithmConfig:
     epochs, minibatches, learning rate) apply to all three."""
 
     name: str = "ppo"
-    """`ppo`, `grpo` or `gigpo` (see `ALGORITHM_NAMES`)."""
+    """`ppo`, `grpo`, `gigpo` or `sac` (see `ALGORITHM_NAMES`)."""
     group_size: int = 4
     """`grpo`, `gigpo`: envs per group, playing the same seeds (G); it divides each process's
     envs. Ignored by `ppo`."""
@@ -73,7 +75,7 @@ class AlgorithmConfig:
 
     def check_run(self, run: TrainingRunConfig) -> None:
         """The policies and the env layouts the group estimators can train."""
-        if self.name == "ppo":
+        if self.name in ("ppo", "sac"):  # sac: its section checks the run (glam.offpolicy)
             return
         if run.policy.kind == "drrn":
             raise ValueError(f"algorithm.name={self.name!r} is a policy gradient: not for DRRN")

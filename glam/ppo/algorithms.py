@@ -244,5 +244,14 @@ ALGORITHMS: dict[str, type[PPO]] = {"ppo": PPO, "grpo": GRPO, "gigpo": GiGPO}
 
 
 def build_algorithm(cfg: AlgorithmConfig, ppo: PPOConfig) -> PPO:
-    """The algorithm `cfg.name` names, with its settings."""
+    """The algorithm `cfg.name` names, with its settings.
+
+    Raises:
+        ValueError: `sac`, which this trainer does not run (`glam.offpolicy.trainer` does).
+    """
+    if cfg.name not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm.name={cfg.name!r} is not trained by the PPO trainer: its own loop "
+            "(glam.offpolicy.trainer.train_sac) runs it; the training scripts choose it for you"
+        )
     return ALGORITHMS[cfg.name](cfg, ppo)

@@ -764,7 +764,10 @@ def build_training(
         raise SetupError(f"cannot resume from {resume_from}: {error}") from None
     set_seed(cfg.train.seed, device_specific=True)
     cache_trunk = resolve_trunk_cache(cfg, policy, accelerator)
-    algorithm = build_algorithm(cfg.algorithm, cfg.ppo)
+    try:
+        algorithm = build_algorithm(cfg.algorithm, cfg.ppo)
+    except ValueError as error:  # sac: another loop's
+        raise SetupError(str(error)) from None
     check_algorithm(cfg, algorithm, policy, world)
 
     local_envs = cfg.env.num_envs // world

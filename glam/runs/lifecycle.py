@@ -124,9 +124,9 @@ def pick_resume_checkpoint(
 
 
 _SAME_RUN_SECTIONS = ("model", "policy", "env", "symbolic", "drrn")
-_SAME_RUN_KEYS = ("algorithm.name", "algorithm.group_size")
+_SAME_RUN_KEYS = ("algorithm.name", "algorithm.group_size", "sac.critic_hidden_sizes")
 """Settings outside those sections that a checkpoint is bound to: the algorithm's heads and
-optimizer state, and (for the group algorithms) how the envs are grouped."""
+optimizer state, (for the group algorithms) how the envs are grouped, and SAC's Q heads."""
 
 
 def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
@@ -142,7 +142,12 @@ def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None
     now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
     # Setting by setting (`model.lora.r`), and only those the checkpoint's config has: a key
     # added to the schema since it was written (`model.lora.layers`) keeps its old meaning.
-    bound = [key for key in _SAME_RUN_KEYS if key != "algorithm.group_size" or _grouped(saved)]
+    bound = [
+        key
+        for key in _SAME_RUN_KEYS
+        if (key != "algorithm.group_size" or _grouped(saved))
+        and (not key.startswith("sac.") or saved.get("algorithm.name") == "sac")
+    ]
     changed = [
         f"{key}: {saved[key]!r} -> {value!r}"
         for key, value in now.items()
@@ -180,7 +185,7 @@ def changed_settings(cfg: TrainingRunConfig, checkpoint: Path) -> list[str]:
 
 def _grouped(saved: dict) -> bool:
     """Whether a checkpoint's run grouped its envs (GRPO, GiGPO: `algorithm.group_size`)."""
-    return saved.get("algorithm.name", "ppo") != "ppo"
+    return saved.get("algorithm.name", "ppo") in ("grpo", "gigpo")
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
