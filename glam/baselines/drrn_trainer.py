@@ -43,6 +43,7 @@ from glam.baselines.config import DRRNConfig
 from glam.baselines.drrn import NETWORK_FIELDS, DRRNPolicy
 from glam.baselines.replay import ReplayBuffer
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
+from glam.offpolicy.rows import RowTraining, train_in_rows
 from glam.policy.llm_policy import CheckpointError
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.rollout import EpisodeStats
@@ -50,14 +51,12 @@ from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     TrainResult,
-    checkpoint_due,
     episode_metrics,
-    log_update,
     open_logs,
     raise_if_diverged,
 )
 from glam.run_config import TrainingRunConfig
-from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.runs.checkpoint import TrainerState
 from glam.runs.lifecycle import (
     announce_resume,
     open_run_dir,
@@ -155,7 +154,8 @@ def train_drrn(
     run_dir: Path,
     stop: StopSignal | None = None,
 ) -> TrainResult:
-    """Train (or resume) DRRN until `train.total_frames`, a stop signal, or divergence.
+    """Train (or resume) DRRN until `train.total_frames`, a stop signal, or divergence
+    (`glam.offpolicy.rows.train_in_rows`).
 
     A stop signal ends the current row early: it is logged with the frames it has and saved.
 
@@ -165,36 +165,15 @@ def train_drrn(
         CheckpointWriteError: a checkpoint could not be written; the last complete one is
             left untouched.
     """
-    own_stop = stop is None
-    stop = StopSignal() if stop is None else stop
-    t = None
-    try:
-        t = build_drrn_training(cfg, accelerator, run_dir)
-        checkpoint = t.resumed_from
-        start_time = time.perf_counter() - t.state.elapsed_seconds
-        t.runner.reset()
-        while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
-            # 1. Act, store, learn: `frames_per_update` frames and the TD steps they make due.
-            row = play_and_learn(t, stop)
-            # 2. Counters and logs.
-            t.state.update += 1
-            t.state.frames += row.frames
-            metrics = row_metrics(t, row)
-            t.state.episodes += int(metrics["charts/episodes"])
-            t.state.elapsed_seconds = time.perf_counter() - start_time
-            log_update(t.logger, t.progress, t.state, metrics, _summary_line(t, metrics))
-            # 3. Checkpoint.
-            if checkpoint_due(cfg, t.state):
-                checkpoint = t.save()
-        if stop.stopping or checkpoint is None:
-            checkpoint = t.save()  # a no-op if this update was just saved
-    finally:
-        if t is not None:
-            t.close()
-        if own_stop:
-            stop.restore()
-    stopped_by = stop.name if stop.stopping else None
-    return TrainResult(state=t.state, checkpoint=checkpoint, stopped_by=stopped_by)
+    return train_in_rows(
+        cfg,
+        accelerator,
+        stop,
+        lambda: build_drrn_training(cfg, accelerator, run_dir),
+        play_and_learn,
+        row_metrics,
+        _summary_line,
+    )
 
 
 def play_and_learn(t: DRRNTraining, stop: StopSignal) -> Row:
@@ -310,7 +289,7 @@ def row_metrics(t: DRRNTraining, row: Row) -> dict[str, float]:
 
 
 @dataclass
-class DRRNTraining:
+class DRRNTraining(RowTraining):
     """Everything the loop works with, built by `build_drrn_training`."""
 
     cfg: TrainingRunConfig
@@ -339,27 +318,7 @@ class DRRNTraining:
     gradient_steps: int = 0
     saved: tuple[int, Path] | None = None
 
-    def save(self) -> Path:
-        """Write a checkpoint of the current row unless this session already has (every process
-        calls it)."""
-        if self.saved is not None and self.saved[0] == self.state.update:
-            return self.saved[1]
-        checkpoint = save_checkpoint(
-            self.accelerator,
-            self.run_dir,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            env_state=self.runner.state_dict(),
-            state=self.state,
-            config_yaml=self.config_yaml,
-            keep=self.cfg.train.keep_checkpoints,
-            write_extra=self._write_extra,
-        )
-        self.saved = (self.state.update, checkpoint)
-        return checkpoint
-
-    def _write_extra(self, folder: Path) -> None:
+    def write_extra(self, folder: Path) -> None:
         self.replay.save(folder / f"rank_{self.accelerator.process_index}")
         if self.accelerator.is_main_process:
             weights = {
@@ -368,12 +327,6 @@ class DRRNTraining:
             save_file(weights, folder / TARGET_FILE)
             state = {"gradient_steps": self.gradient_steps}
             (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
-
-    def close(self) -> None:
-        """Close the logs, the progress bar and the environments."""
-        self.progress.close()
-        self.logger.close()
-        self.runner.close()
 
 
 def build_drrn_training(
@@ -442,6 +395,7 @@ def build_drrn_training(
         frames_per_update,
         title="DRRN",
     )
+    runner.reset()  # every env on a new episode (a resumed one goes on with its seeds)
     return DRRNTraining(
         cfg=cfg,
         accelerator=accelerator,

@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from glam.offpolicy.returns import n_step_returns
+from glam.offpolicy.returns import NStepReturns, n_step_returns
 from glam.policy.observations import GridObservations, Observations, TextObservations
 
 __all__ = ["ReplayBatch", "ReplayBuffer", "ReplayError"]
@@ -75,6 +75,8 @@ class ReplayBuffer:
         """The slot the next step goes into."""
         self.added = 0
         """Steps added since the buffer was made (or the run that saved it began)."""
+        self._returns: tuple[tuple[int, float, int], NStepReturns] | None = None
+        """The n-step returns of the steps held, kept until the next step is added."""
 
     def __len__(self) -> int:
         """Transitions held: filled slots times envs."""
@@ -117,9 +119,13 @@ class ReplayBuffer:
         if not self.size:
             raise ValueError("the replay holds no transition yet")
         order = self._order()
-        out = n_step_returns(
-            self.rewards[order], self.terminated[order], self.truncated[order], gamma, n
-        )
+        key = (self.added, gamma, n)
+        if self._returns is None or self._returns[0] != key:  # once per burst of steps
+            returns = n_step_returns(
+                self.rewards[order], self.terminated[order], self.truncated[order], gamma, n
+            )
+            self._returns = (key, returns)
+        out = self._returns[1]
         draws = torch.randint(len(self), (batch_size,), generator=generator)
         steps, envs = draws // self.num_envs, draws % self.num_envs
         last = out.last[steps, envs]

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
 from glam.offpolicy.config import SacConfig
 from glam.offpolicy.replay import ReplayBuffer, ReplayError
+from glam.offpolicy.rows import RowTraining, train_in_rows
 from glam.offpolicy.sac import (
     actor_loss,
     critic_loss,
@@ -69,14 +70,12 @@ from glam.ppo.trainer import (
     SetupError,
     StopSignal,
     TrainResult,
-    checkpoint_due,
     episode_metrics,
-    log_update,
     open_logs,
     raise_if_diverged,
 )
 from glam.run_config import TrainingRunConfig
-from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.runs.checkpoint import TrainerState
 from glam.runs.lifecycle import (
     announce_resume,
     open_run_dir,
@@ -158,42 +157,22 @@ def train_sac(
     make_policy: PolicyFactory,
 ) -> TrainResult:
     """Train (or resume) the policy `make_policy` builds by discrete SAC until
-    `train.total_frames`, a stop signal, or divergence.
+    `train.total_frames`, a stop signal, or divergence (`glam.offpolicy.rows.train_in_rows`).
 
     Raises:
         SetupError: the run cannot start (message says why).
         TrainingDiverged: a non-finite loss or gradient; the last checkpoint is untouched.
         CheckpointWriteError: a checkpoint could not be written; the last complete one stays.
     """
-    own_stop = stop is None
-    stop = StopSignal() if stop is None else stop
-    t = None
-    try:
-        t = build_sac_training(cfg, accelerator, run_dir, make_policy)
-        checkpoint = t.resumed_from
-        start_time = time.perf_counter() - t.state.elapsed_seconds
-        while t.state.frames < cfg.train.total_frames and not stop.requested(accelerator):
-            # 1. Act, store, learn: a row's frames and the gradient steps they make due.
-            row = play_and_learn(t, stop)
-            # 2. Counters and logs.
-            t.state.update += 1
-            t.state.frames += row.frames
-            metrics = row_metrics(t, row)
-            t.state.episodes += int(metrics["charts/episodes"])
-            t.state.elapsed_seconds = time.perf_counter() - start_time
-            log_update(t.logger, t.progress, t.state, metrics, _summary_line(t, metrics))
-            # 3. Checkpoint.
-            if checkpoint_due(cfg, t.state):
-                checkpoint = t.save()
-        if stop.stopping or checkpoint is None:
-            checkpoint = t.save()  # a no-op if this row was just saved
-    finally:
-        if t is not None:
-            t.close()
-        if own_stop:
-            stop.restore()
-    stopped_by = stop.name if stop.stopping else None
-    return TrainResult(state=t.state, checkpoint=checkpoint, stopped_by=stopped_by)
+    return train_in_rows(
+        cfg,
+        accelerator,
+        stop,
+        lambda: build_sac_training(cfg, accelerator, run_dir, make_policy),
+        play_and_learn,
+        row_metrics,
+        _summary_line,
+    )
 
 
 def play_and_learn(t: SacTraining, stop: StopSignal) -> Row:
@@ -367,7 +346,7 @@ def _summary_line(t: SacTraining, metrics: dict[str, float]) -> str:
 
 
 @dataclass
-class SacTraining:
+class SacTraining(RowTraining):
     """Everything the loop works with, built by `build_sac_training`."""
 
     cfg: TrainingRunConfig
@@ -400,27 +379,7 @@ class SacTraining:
     """Steps of the local envs in this session (the bursts of gradient steps follow it)."""
     saved: tuple[int, Path] | None = None
 
-    def save(self) -> Path:
-        """Write a checkpoint of the current row unless this session already has (every process
-        calls it)."""
-        if self.saved is not None and self.saved[0] == self.state.update:
-            return self.saved[1]
-        checkpoint = save_checkpoint(
-            self.accelerator,
-            self.run_dir,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            env_state=self.runner.state_dict(),
-            state=self.state,
-            config_yaml=self.config_yaml,
-            keep=self.cfg.train.keep_checkpoints,
-            write_extra=self._write_extra,
-        )
-        self.saved = (self.state.update, checkpoint)
-        return checkpoint
-
-    def _write_extra(self, folder: Path) -> None:
+    def write_extra(self, folder: Path) -> None:
         self.replay.save(folder / f"rank_{self.accelerator.process_index}" / REPLAY_DIR)
         if self.accelerator.is_main_process:
             save_file(_heads_state(self.agent, self.target), folder / HEADS_FILE)
@@ -429,12 +388,6 @@ class SacTraining:
                 "features": _features(self.agent.critics),
             }
             (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
-
-    def close(self) -> None:
-        """Close the logs, the progress bar and the environments."""
-        self.progress.close()
-        self.logger.close()
-        self.runner.close()
 
 
 def build_sac_training(
