@@ -36,12 +36,9 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from glam.eval.stats import EpisodeResult
-
-if TYPE_CHECKING:
-    from glam.eval.episodes import SuiteRun
 
 __all__ = [
     "JOURNAL",
@@ -226,9 +223,15 @@ class Journal:
         }
 
     def record(
-        self, suite: str, episode: EpisodeResult, run: SuiteRun, usage: dict[str, Any] | None
+        self,
+        suite: str,
+        episode: EpisodeResult,
+        run: SuiteProgress,
+        usage: dict[str, Any] | None,
     ) -> None:
-        """Append a finished episode of `suite`, `run`'s counters as they are now."""
+        """Append a finished episode of `suite`, `run`'s counters as they are now (a
+        `glam.eval.episodes.SuiteRun`, read as the `SuiteProgress` it extends: the journal sits
+        below the episodes' module and does not import it)."""
         record: dict[str, Any] = {
             "kind": "episode",
             "suite": suite,
