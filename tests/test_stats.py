@@ -169,6 +169,8 @@ def test_a_sampled_baseline_carries_its_own_variance_by_hand() -> None:
     assert sampled_baseline_test([0.1, 0.2, 0.3], 0, 100) == one_sample_test([0.1, 0.2, 0.3], 0.0)
     with pytest.raises(ValueError, match="not a count"):
         sampled_baseline_test([0.5, 0.6], 101, 100)
+    with pytest.raises(ValueError, match="use sampled_baseline_test"):
+        one_sample_test([0.66, 0.67, 0.68], 0.53, stochastic=True)
 
 
 def test_holm_by_hand() -> None:

@@ -278,13 +278,24 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, fl
     return t, df, t_two_sided_p(t, df)
 
 
-def one_sample_test(values: Sequence[float], reference: float) -> tuple[float, float, float]:
+def one_sample_test(
+    values: Sequence[float], reference: float, *, stochastic: bool = False
+) -> tuple[float, float, float]:
     """`(t, df, p)` of the one-sample t-test of mean(values) = `reference`, two-sided: seeds
     against an agent evaluated once on the same episodes (a deterministic rule, whose one
     evaluation is all there is to it; its episodes' own sampling is not in the test).
 
     Seeds without spread: p = 1 at the reference, 0 (t infinite) elsewhere.
+
+    Raises:
+        ValueError: fewer than 2 values, or a `stochastic` reference (a random policy, a sampled
+            teacher): its one evaluation is itself a sample, for `sampled_baseline_test`.
     """
+    if stochastic:
+        raise ValueError(
+            "a stochastic reference's one evaluation is itself a sample: taking its rate as a "
+            "constant makes p too small; use sampled_baseline_test(values, successes, trials)"
+        )
     x = np.asarray(values, float)
     if len(x) < 2:
         raise ValueError(f"a one-sample test needs at least 2 values, got {len(x)}")
