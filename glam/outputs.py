@@ -125,7 +125,9 @@ COMPARISON = OutputKind(
 """`scripts/compare_runs.py` (`--out`)."""
 DEMOS = OutputKind(
     "a demonstrations dataset",
-    ("dataset_info.json", "state.json", "data-*.arrow"),
+    # cache-*.arrow: what `datasets` wrote beside a dataset that was mapped in place (BC did so
+    # before it read its dataset into memory): the dataset's own, replaced with it
+    ("dataset_info.json", "state.json", "data-*.arrow", "cache-*.arrow"),
     signature=("dataset_info.json", "state.json"),
     owns_folder=True,
     replaces_folder=True,

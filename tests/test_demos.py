@@ -258,3 +258,13 @@ def test_chat_format_demos_wrap_the_glam_prompt_in_the_template() -> None:
     for chat, glam in zip(records, glam_records, strict=True):
         assert chat.prompt.startswith("<s>user\n") and chat.prompt.endswith("<s>assistant\n")
         assert glam.prompt in chat.prompt and chat.action == glam.action
+
+
+def test_a_dataset_with_the_cache_files_of_a_map_in_place_is_replaced(tmp_path: Path) -> None:
+    """`datasets` writes `cache-*.arrow` beside a dataset mapped in place (behavioural cloning
+    did, before it read its dataset into memory): they are the dataset's, replaced with it."""
+    folder = tmp_path / "demos"
+    write_demos([_record(0, 0)], folder)
+    (folder / "cache-0123456789abcdef.arrow").write_bytes(b"arrow")
+    write_demos([_record(1, 0), _record(1, 1)], folder, overwrite=True)
+    assert not list(folder.glob("cache-*.arrow")) and len(load_demos(folder)) == 2
