@@ -111,7 +111,7 @@ def test_the_training_schema_is_the_core_then_the_declared_sections() -> None:
     assert CORE_KEYS == ["model", "policy", "env", "ppo", "train"]
     assert list(glam.config._CORE_KEYS) == CORE_KEYS  # what config_section refuses
     assert SECTION_KEYS == [
-        "symbolic", "drrn", "teach", "ask", "oni", "codeact", "generate", "algorithm"
+        "symbolic", "drrn", "teach", "ask", "oni", "codeact", "generate", "algorithm", "sac"
     ]  # fmt: skip
     hints = {item.name: item.type for item in dataclasses.fields(TrainingRunConfig)}
     for key in SECTION_KEYS:

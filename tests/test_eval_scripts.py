@@ -128,7 +128,14 @@ def test_ctrl_c_keeps_the_finished_episodes_and_says_how_to_go_on(tmp_path: Path
         "eval.progress_bar=false",
         f"eval.output_dir={out}",
     ]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Ctrl-C's default (a shell may start the suite with SIGINT ignored, which children inherit)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 240
     journal = out / "episodes.partial.jsonl"  # glam.eval.journal: each episode as it ends
     while len(_lines(journal)) < 3 and time.monotonic() < deadline:

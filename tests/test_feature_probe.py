@@ -288,16 +288,14 @@ def test_script_writes_its_table_and_json_and_replaces_only_its_own(tmp_path: Pa
     assert result["command"].endswith(f"--out {out}")
     assert set(result["tasks"]["action"]["probes"]) == {"hand_made", "layer_0", "layer_2"}
 
-    assert result["written_by"] == "scripts/probe_features.py"
-    # Its own file is replaced by a new probe; another file only with --overwrite.
-    assert _script(*args, "--random-init").returncode == 0
-    assert json.loads(out.read_text())["weights"] == "random"
+    assert result["written_by"] == "scripts/probe_features.py"  # its own: a new probe replaces it
+    # Another script's file only with --overwrite (tests/test_output_files.py: the rule).
     out.write_text('{"mine": 1}\n')
     again = _script(*args)
     assert again.returncode == 2 and out.read_text() == '{"mine": 1}\n'
     assert again.stderr.startswith("error: --out=") and "--overwrite" in again.stderr
-    assert _script(*args, "--overwrite").returncode == 0
-    assert json.loads(out.read_text())["weights"] == "pretrained"
+    assert _script(*args, "--overwrite", "--random-init").returncode == 0
+    assert json.loads(out.read_text())["weights"] == "random"
 
 
 @pytest.mark.slow
