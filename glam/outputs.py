@@ -148,6 +148,13 @@ BC_POLICY = OutputKind(
     owns_folder=True,
 )
 """`scripts/clm_behavioral_cloning.py` (`bc.output_dir`): a model's files and `bc_policy.json`."""
+CLONED_POLICY = OutputKind(
+    "results",
+    ("clone.json", "clone.csv", "config.yaml", "policy"),
+    signature=("clone.json",),
+    owns_folder=True,
+)
+"""`scripts/clone_policy.py` (`clone.output_dir`): a policy folder and the run's figures."""
 AGREEMENT = OutputKind(
     "results", ("agreement.json", "agreement.md", "situations.jsonl", "messages.jsonl")
 )
@@ -162,6 +169,7 @@ KINDS: dict[str, OutputKind] = {
     "a comparison of runs": COMPARISON,
     "a demonstrations dataset": DEMOS,
     "a BC policy": BC_POLICY,
+    "a cloned policy": CLONED_POLICY,
     "agreement tables": AGREEMENT,
     "a bot imitation": IMITATION,
 }

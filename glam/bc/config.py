@@ -1,7 +1,8 @@
-"""Typed configuration of behavioural cloning: collecting bot demonstrations, and the SFT run.
+"""Typed configuration of behavioural cloning: collecting bot demonstrations, the SFT run, and
+the cloning of the policy's choice.
 
-The two scripts read these through Hydra (`configs/demos/collect.yaml`, `configs/bc/train.yaml`);
-the schemas are registered with Hydra's ConfigStore (`glam.config.register_configs`) so that a
+The three scripts read these through Hydra (`configs/demos/collect.yaml`, `configs/bc/train.yaml`,
+`configs/bc/clone.yaml`); the schemas are registered with Hydra's ConfigStore (`glam.config.register_configs`) so that a
 misspelt key fails at start-up.
 """
 
@@ -10,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glam.config import ModelConfig, check_positive, hydra_schema
-from glam.outputs import BC_POLICY, check_output_dir
+from glam.config import (
+    DEFAULT_LORA_LAYERS,
+    AdapterConfig,
+    ModelConfig,
+    PolicyConfig,
+    check_positive,
+    hydra_schema,
+)
+from glam.outputs import BC_POLICY, CLONED_POLICY, check_output_dir
 
 BOT_UNSUPPORTED_LEVELS: frozenset[str] = frozenset(
     {
@@ -193,3 +201,94 @@ class BCRunConfig:
     """Base model, dtype and LoRA settings (`model.lora.enabled=false`: full fine-tune)."""
     bc: BCConfig = field(default_factory=BCConfig)
     """Data, optimisation, evaluation and output of the SFT run."""
+
+
+@dataclass
+class CloneConfig:
+    """Cloning of the policy's own choice (`glam.bc.choice`): data, optimisation, output."""
+
+    dataset: str = "runs/demos/BabyAI-GoToLocal-v0-seed0"
+    """Demonstrations folder (`scripts/collect_bot_demos.py` output)."""
+    output_dir: str = "runs/clone"
+    """Where `clone.csv` (one row per epoch), `clone.json`, `config.yaml` and the policy folder
+    `policy/` go."""
+    overwrite: bool = False
+    """Replace a cloned policy already saved in `output_dir`."""
+    eval_fraction: float = 0.2
+    """Fraction of the episodes held out (split by episode, as `scripts/clm_behavioral_cloning.py`
+    splits them with the same seed)."""
+    max_eval_pairs: int | None = 200
+    """The first this many held-out pairs are measured (None: all); 200 are the decisions SFT's
+    action accuracy is measured on."""
+    learning_rate: float = 5e-4
+    """AdamW learning rate (SFT's default; PPO's preset takes 2e-3)."""
+    lr_scheduler: str = "cosine"
+    """Learning-rate schedule name of transformers (`cosine`, `linear`, `constant`...)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    epochs: int = 2
+    """Passes over the training pairs."""
+    batch_size: int = 8
+    """Pairs per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    seed: int = 0
+    """Seed of the split, the adapter and heads' initialisation and the data order."""
+    cache_trunk: bool = True
+    """Compute the frozen trunk's states of each pair once and run only the adapted layers in
+    every epoch (`glam.trunk`); false recomputes the whole model (the same numbers, slower)."""
+    torch_threads: int | None = None
+    """Torch's intra-op threads (None: torch's default); 1 when several jobs share the cores."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"clone.eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        check_positive("clone.learning_rate", self.learning_rate)
+        check_positive("clone.epochs", self.epochs)
+        check_positive("clone.batch_size", self.batch_size)
+        check_positive("clone.max_grad_norm", self.max_grad_norm)
+        for name in ("max_eval_pairs", "torch_threads"):
+            value = getattr(self, name)
+            if value is not None:
+                check_positive(f"clone.{name}", value)
+
+    def check_output_dir(self) -> Path:
+        """`glam.outputs.check_output_dir` on `output_dir`, before anything loads.
+
+        Raises:
+            glam.outputs.OutputDirError: naming the problem and what to do.
+        """
+        return check_output_dir(
+            self.output_dir,
+            CLONED_POLICY,
+            key="clone.output_dir",
+            overwrite=self.overwrite,
+            overwrite_key="clone.overwrite",
+        )
+
+
+@hydra_schema("clone_schema")
+@dataclass
+class CloneRunConfig:
+    """Top level of `scripts/clone_policy.py`: the policy is the training presets' by default
+    (LoRA on the top 4 layers, scoring at temperature 5), so that what it learns is what PPO
+    would start from."""
+
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(lora=AdapterConfig(layers=DEFAULT_LORA_LAYERS))
+    )
+    """Base model, dtype and LoRA settings, as a training run's."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The policy cloned (`policy.head`, `policy.temperature`...), as a training run's; only
+    `policy.kind=llm` is cloned this way."""
+    clone: CloneConfig = field(default_factory=CloneConfig)
+    """Data, optimisation and output."""
+
+    def __post_init__(self) -> None:
+        if self.policy.kind != "llm":
+            raise ValueError(
+                f"policy.kind={self.policy.kind!r}: scripts/clone_policy.py clones a language "
+                "model's choice among the actions (policy.kind=llm)"
+            )

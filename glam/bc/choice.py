@@ -1,0 +1,275 @@
+"""Behavioural cloning of the policy's own choice: the cross-entropy of the demonstrated action
+under the policy PPO trains.
+
+TRL's SFT (`glam.bc.sft`) trains the action's tokens as text: the likelihood of "go forward"
+after the prompt, whatever the other actions' likelihoods. The policy PPO trains is another
+function of the same network: the softmax, at `policy.temperature`, of the candidates' scores
+(`head=scoring`), or of a head on the prompt's last token (`head=action_heads`). This module fits
+that output to the bot's action by cross-entropy, so that a cloned policy is exactly a PPO
+policy: `LLMActorCritic.save_pretrained` writes it, the evaluation harness plays it
+(`agent.kind=checkpoint`), and PPO starts from its adapter (`model.lora.init=.../policy/adapter`).
+
+With LoRA on the top layers only, the frozen trunk's states of each pair are computed once
+(`glam.trunk`) and every epoch runs only the adapted layers, as PPO's update does.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from omegaconf import OmegaConf
+from torch import Tensor
+from tqdm import tqdm
+from transformers import get_scheduler
+
+from glam.bc.config import CloneRunConfig
+from glam.bc.sft import dataset_action_space, split_pairs
+from glam.config import EnvConfig
+from glam.demos import DemoDatasetError, demo_metadata, load_demos
+from glam.outputs import mark
+from glam.policy.llm_policy import LLMActorCritic
+from glam.policy.observations import TextObservations
+
+__all__ = ["CloneResult", "DecisionSet", "clone_policy", "measure"]
+
+WRITER = "clone_policy"
+SUMMARY_FILE = "clone.json"
+EPOCHS_FILE = "clone.csv"
+POLICY_FOLDER = "policy"
+
+
+@dataclass
+class DecisionSet:
+    """Demonstrated decisions as the policy reads them: prompts, candidates (the trunk states
+    once computed) and the index of the demonstrated action among the candidates."""
+
+    observations: TextObservations
+    targets: Tensor
+    """`(decisions,)` long."""
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    @classmethod
+    def from_pairs(cls, pairs: Dataset, action_words: tuple[str, ...]) -> DecisionSet:
+        prompts = list(pairs["prompt"])
+        targets = torch.tensor([action_words.index(a) for a in pairs["action"]], dtype=torch.long)
+        return cls(TextObservations(prompts, [list(action_words)] * len(prompts)), targets)
+
+    def batch(self, positions: list[int]) -> tuple[TextObservations, Tensor]:
+        return self.observations.select(positions), self.targets[positions]
+
+
+@dataclass
+class CloneResult:
+    """What a cloning run produced."""
+
+    output_dir: Path
+    summary: dict
+    """`clone.json`'s content."""
+
+
+def clone_policy(run: CloneRunConfig) -> CloneResult:
+    """Clone the demonstrations of `run.clone.dataset` into the policy `run.model`/`run.policy`;
+    save it under `run.clone.output_dir`/policy and return the figures.
+
+    Raises:
+        glam.outputs.OutputDirError: `clone.output_dir` may not take the result (checked first).
+        DemoDatasetError: the dataset is missing, malformed, cannot be split, or was written in
+            another prompt format than `policy.prompt_format`.
+    """
+    clone = run.clone
+    output_dir = clone.check_output_dir()
+    if clone.torch_threads is not None:
+        torch.set_num_threads(clone.torch_threads)
+    pairs = load_demos(clone.dataset, keep_in_memory=True)
+    space = dataset_action_space(pairs)
+    collected_with = demo_metadata(pairs)
+    prompt_format = str(collected_with.get("prompt_format", "glam"))
+    if prompt_format != run.policy.prompt_format:
+        raise DemoDatasetError(
+            f"the demonstrations' prompts are in the {prompt_format!r} format, the policy reads "
+            f"policy.prompt_format={run.policy.prompt_format!r}: set it to {prompt_format}"
+        )
+    train_pairs, eval_pairs = split_pairs(pairs, clone.eval_fraction, clone.seed)
+    if clone.max_eval_pairs is not None:
+        eval_pairs = eval_pairs.select(range(min(clone.max_eval_pairs, len(eval_pairs))))
+    train = DecisionSet.from_pairs(train_pairs, space.words)
+    held_out = DecisionSet.from_pairs(eval_pairs, space.words)
+
+    torch.manual_seed(clone.seed)  # the adapter's and the heads' initialisation
+    levels = sorted(set(pairs["level"])) if "level" in pairs.column_names else []
+    env = EnvConfig(
+        name=levels[0] if len(levels) == 1 else EnvConfig.name,
+        nbr_obs=int(collected_with.get("nbr_obs", 3)),
+        action_space=space.name,
+        language=str(collected_with.get("language") or "en"),
+    )
+    policy = LLMActorCritic.from_config(run.model, run.policy, space.words, training_env=env)
+    if clone.cache_trunk:
+        problem = policy.trunk_cache_problem()
+        if problem is None:
+            policy.enable_trunk_cache()
+            started = time.perf_counter()
+            for decisions in (train, held_out):
+                _keep_trunk(policy, decisions, clone.batch_size, clone.progress)
+            trunk_seconds = time.perf_counter() - started
+            print(
+                f"[glam] frozen trunk of {len(train) + len(held_out)} decisions kept in "
+                f"{trunk_seconds:.0f} s; each epoch runs the adapted layers only"
+            )
+        else:
+            print(f"[glam] clone.cache_trunk: not used ({problem})")
+            trunk_seconds = math.nan
+    else:
+        trunk_seconds = math.nan
+
+    parameters = policy.trainable_parameters()
+    optimizer = torch.optim.AdamW(
+        parameters, lr=clone.learning_rate, weight_decay=clone.weight_decay
+    )
+    steps_per_epoch = math.ceil(len(train) / clone.batch_size)
+    scheduler = get_scheduler(
+        clone.lr_scheduler, optimizer, 0, num_training_steps=clone.epochs * steps_per_epoch
+    )
+    counts = np.bincount(held_out.targets.numpy(), minlength=len(space.words))
+    summary: dict = {
+        "dataset": str(Path(clone.dataset).resolve()),
+        "level": env.name,
+        "action_words": list(space.words),
+        "train_pairs": len(train),
+        "eval_pairs": len(held_out),
+        "chance_accuracy": 1.0 / len(space.words),
+        "majority_accuracy": float(counts.max() / max(1, len(held_out))),
+        "trunk_seconds": trunk_seconds,
+    }
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # the mark of a finished run, written last
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run)))
+    rows = [_epoch_row(0, 0, math.nan, math.nan, measure(policy, held_out, clone.batch_size))]
+    _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
+    print(
+        f"[glam] before training: held-out loss {rows[0]['eval_loss']:.4f}, accuracy "
+        f"{rows[0]['eval_accuracy']:.3f} on {len(held_out)} decisions (always the commonest "
+        f"action: {summary['majority_accuracy']:.3f})"
+    )
+    generator = torch.Generator().manual_seed(clone.seed)
+    started = time.perf_counter()
+    step = 0
+    for epoch in range(1, clone.epochs + 1):
+        policy.train()
+        order = torch.randperm(len(train), generator=generator).tolist()
+        losses = []
+        bar = tqdm(
+            range(0, len(train), clone.batch_size),
+            desc=f"epoch {epoch}/{clone.epochs}",
+            disable=not clone.progress,
+            leave=False,
+        )
+        for start in bar:
+            observations, targets = train.batch(order[start : start + clone.batch_size])
+            output = policy(**observations.inputs())
+            loss = F.cross_entropy(output.logits, targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, clone.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        found = measure(policy, held_out, clone.batch_size)
+        rows.append(
+            _epoch_row(epoch, step, float(np.mean(losses)), time.perf_counter() - started, found)
+        )
+        _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
+        print(
+            f"[glam] epoch {epoch}: training loss {rows[-1]['train_loss']:.4f}, held-out loss "
+            f"{found['loss']:.4f}, held-out accuracy {found['accuracy']:.3f}"
+        )
+    policy.save_pretrained(output_dir / POLICY_FOLDER, training_env=env)
+    summary |= {
+        "train_seconds": time.perf_counter() - started,
+        "optimizer_steps": step,
+        "zero_shot": rows[0],
+        "final": rows[-1],
+        "policy": str((output_dir / POLICY_FOLDER).resolve()),
+    }
+    (output_dir / SUMMARY_FILE).write_text(json.dumps(mark(summary, WRITER), indent=2) + "\n")
+    return CloneResult(output_dir, summary)
+
+
+@torch.no_grad()
+def _keep_trunk(
+    policy: LLMActorCritic, decisions: DecisionSet, batch_size: int, progress: bool
+) -> None:
+    """Compute the frozen trunk's states of every decision once; they ride with its prompts."""
+    policy.eval()
+    kept = []
+    observations = decisions.observations
+    starts = range(0, len(decisions), batch_size)
+    for start in tqdm(starts, desc="frozen trunk", disable=not progress, leave=False):
+        part = observations.select(range(start, min(start + batch_size, len(decisions))))
+        kept.extend(policy(**part.inputs()).trunk)
+    decisions.observations = observations.with_trunk(kept)
+
+
+@torch.no_grad()
+def measure(policy: LLMActorCritic, decisions: DecisionSet, batch_size: int) -> dict:
+    """The policy's held-out cross-entropy, accuracy (its most probable action is the
+    demonstrated one), mean probability of the demonstrated action, and how often it would pick
+    each action, on `decisions`."""
+    was_training = policy.training
+    policy.eval()
+    logits = []
+    for start in range(0, len(decisions), batch_size):
+        observations, _ = decisions.batch(
+            list(range(start, min(start + batch_size, len(decisions))))
+        )
+        logits.append(policy(**observations.inputs()).logits.float())
+    policy.train(was_training)
+    scores = torch.cat(logits)
+    targets = decisions.targets
+    chosen = scores.argmax(dim=-1)
+    probabilities = scores.softmax(dim=-1)
+    return {
+        "loss": F.cross_entropy(scores, targets).item(),
+        "accuracy": (chosen == targets).float().mean().item(),
+        "target_probability": probabilities.gather(1, targets[:, None]).mean().item(),
+        "chosen": np.bincount(chosen.numpy(), minlength=scores.shape[1]) / len(decisions),
+    }
+
+
+def _epoch_row(epoch: int, step: int, train_loss: float, seconds: float, found: dict) -> dict:
+    return {
+        "epoch": epoch,
+        "optimizer_steps": step,
+        "train_loss": train_loss,
+        "eval_loss": found["loss"],
+        "eval_accuracy": found["accuracy"],
+        "eval_target_probability": found["target_probability"],
+        "chosen": [float(share) for share in found["chosen"]],
+        "seconds": seconds,
+    }
+
+
+def _write_rows(path: Path, rows: list[dict], action_words: tuple[str, ...]) -> None:
+    """`clone.csv` again with every epoch so far (a crash keeps the finished epochs)."""
+    columns = [key for key in rows[0] if key != "chosen"]
+    chosen = [f"chosen_{word.replace(' ', '_')}" for word in action_words]
+    partial = path.with_suffix(".csv.partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns + chosen)
+        for row in rows:
+            writer.writerow([row[key] for key in columns] + row["chosen"])
+    partial.replace(path)
