@@ -3,7 +3,10 @@
     python scripts/demo.py                       # under 3 minutes on a 2-core CPU
     python scripts/demo.py --updates 16 --output-dir runs/demo16    # 4,096 frames
 
-1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache);
+1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache) and
+   plays held-out episodes with the untrained policy and with the adapter the project ships,
+   trained by the preset's own command (glam/data/demo_policy/record.json says which, with its
+   figures), then prints one episode of the trained agent step by step;
 2. resets a BabyAI-Text episode of the default preset and shows the prompt and the policy;
 3. runs the main job, PPO with a LoRA adapter on the model's top 4 layers, the update run from
    the rollout's cached trunk (`scripts/train_language_agent.py`, preset `smollm2_lora_cpu`),
@@ -11,8 +14,8 @@
    the last update's figures and the training success of every update;
 4. scores the first step's prompt again with the trained checkpoint and shows the policy
    before and after, and draws the run's learning curve (`learning_curve.png` in the run folder).
-Six updates move the first step's policy by about 0.1 but do not yet show in success: the
-preset's full runs passed 0.5 smoothed training success after 3,328 and 3,840 frames (13 and 15
+Six updates move the first step's policy by about 0.1 but do not yet show in success (the
+shipped adapter shows what the full run reaches): the preset's full runs passed 0.5 smoothed training success after 3,328 and 3,840 frames (13 and 15
 updates) and 0.9 after 5,632, and solve the level on held-out episodes (docs/training.md).
 """
 
@@ -35,6 +38,8 @@ PRESET = "smollm2_lora_cpu"
 DEMO_MARK = "demo.txt"
 """The file that marks a run folder as the demo's own: the only folder a new demo replaces."""
 UPDATES = 6
+EPISODES = 10
+"""Held-out episodes played by the untrained and the trained policy."""
 FRAMES_PER_ENV = 32
 FULL_RUN = (
     "[demo] six updates move the policy but are too few to show in success. The preset's full "
@@ -96,6 +101,77 @@ def show_one_step() -> tuple[str, list[str], list[float], float]:
     return prompt, list(env.action_words), probs.tolist(), float(out.values[0])
 
 
+def show_trained_agent(episodes: int) -> None:
+    """Play `episodes` held-out episodes with the untrained policy and the shipped adapter, print
+    their success beside the record's, then one episode of the trained policy step by step."""
+    from glam.demo import demo_policy, play, read_record, success_of
+
+    record = read_record()
+    print(
+        f"[demo] a trained agent: the adapter in glam/data/demo_policy, trained by\n"
+        f"    {record['command']}\n"
+        f"    at commit {record['commit']}: {record['frames']:,} frames in {record['updates']} "
+        f"PPO updates, {record['train_minutes']:.0f} min on this project's 2-core CPU; "
+        f"{record['held_out']['success_rate']:.2f} success on {record['held_out']['episodes']} "
+        "held-out episodes"
+    )
+    print(f"[demo] {episodes} held-out episodes (seeded: the evaluation harness's), sampled:")
+    print(
+        f"    {'policy':<10} {'success':>8} {'95% interval':>15} {'mean length':>12} {'record':>7}"
+    )
+    trained = None
+    for name in ("untrained", "trained"):
+        policy = demo_policy(trained=name == "trained")
+        start = time.perf_counter()
+        found = success_of(play(policy, episodes))
+        recorded = (
+            record["demo"][name]["success_rate"] if episodes == record["demo"]["episodes"] else None
+        )
+        interval = f"[{found['ci_low']:.2f}, {found['ci_high']:.2f}]"
+        print(
+            f"    {name:<10} {found['success_rate']:8.2f} {interval:>15} "
+            f"{found['mean_length']:12.1f} {'-' if recorded is None else f'{recorded:.2f}':>7}"
+            f"   ({time.perf_counter() - start:.0f} s)"
+        )
+        trained = policy
+    show_episode(trained)
+
+
+def show_episode(policy) -> None:  # noqa: ANN001 (glam's policy, imported lazily)
+    """One held-out episode of `policy`, its most probable action each step."""
+    import torch
+
+    import babyai_text
+    from glam.config import compose_config
+    from glam.demo import PRESET
+    from glam.eval.config import SEED_BASE
+    from glam.policy.prompts import PromptHistory
+
+    cfg = compose_config(PRESET).env
+    env = babyai_text.make(cfg.name, action_space=cfg.action_space)
+    obs, info = env.reset(seed=SEED_BASE)
+    history = PromptHistory(nbr_obs=cfg.nbr_obs)
+    print(f"[demo] held-out episode {SEED_BASE}, the trained policy's most probable action:")
+    print(f"    goal: {obs['mission']}")
+    for step in range(1, env.unwrapped.max_steps + 1):
+        history.add_observation(info["descriptions"])
+        prompt = history.prompt(obs["mission"], env.action_words)
+        with torch.no_grad():
+            probs = policy([prompt], [list(env.action_words)]).dist.probs[0]
+        action = int(probs.argmax())
+        seen = "; ".join(info["descriptions"]) or "nothing"
+        print(
+            f"    {step:>2}. sees: {seen}\n        -> {env.action_words[action]} (p {probs[action]:.2f})"
+        )
+        history.add_action(env.action_words[action])
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            outcome = "reached the goal" if reward > 0 else "ran out of steps"
+            print(f"    {outcome} in {step} steps (reward {reward:.2f})")
+            break
+    env.close()
+
+
 def show_before_after(
     run_dir: Path, prompt: str, actions: list[str], before: list[float], value: float
 ) -> None:
@@ -155,10 +231,15 @@ def main() -> int:
         help="env-steps of each of the 8 envs per update",
     )
     parser.add_argument(
+        "--episodes", type=int, default=EPISODES, help="held-out episodes of each policy (0: skip)"
+    )
+    parser.add_argument(
         "--output-dir", default="runs/demo", help="run folder (replaced if the demo wrote it)"
     )
     args = parser.parse_args()
 
+    if args.episodes < 0 or args.updates < 1 or args.frames_per_env < 1:
+        return report("--episodes must be >= 0, --updates and --frames-per-env >= 1")
     run_dir = ROOT / args.output_dir
     if run_dir.is_file() or (
         run_dir.is_dir() and any(run_dir.iterdir()) and not (run_dir / DEMO_MARK).is_file()
@@ -167,6 +248,8 @@ def main() -> int:
             f"--output-dir {args.output_dir} holds files the demo did not write (no "
             f"{DEMO_MARK}): the demo replaces only its own run folder; choose another"
         )
+    if args.episodes > 0:
+        show_trained_agent(args.episodes)
     prompt, actions, before, value_before = show_one_step()
     frames = args.updates * args.frames_per_env * 8
     command = [

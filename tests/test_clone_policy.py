@@ -96,6 +96,8 @@ def test_the_loss_is_the_cross_entropy_of_the_softmax_of_naive_scores(
     counts = torch.bincount(targets, minlength=3)
     assert summary["majority_accuracy"] == pytest.approx(counts.max().item() / 12)
     assert summary["train_pairs"] == len(pairs) - len(split_pairs(pairs, 0.2, seed=0)[1])
+    assert summary["held_out_targets"] == targets.tolist()
+    assert summary["zero_shot_choices"] == scores.argmax(-1).tolist()
     trained = _rows(tmp_path / "out")[1]
     assert trained["optimizer_steps"] == -(-summary["train_pairs"] // 4)
     assert trained["eval_loss"] != zero_shot["eval_loss"]  # the adapter moved

@@ -75,7 +75,9 @@ class CloneResult:
 
     output_dir: Path
     summary: dict
-    """`clone.json`'s content."""
+    """`clone.json`'s content (with the held-out decisions' demonstrated actions and the
+    policy's choices before and after training: agents cloned on the same data are compared on
+    the same decisions, `glam.eval.stats.mcnemar_exact_p`)."""
 
 
 def clone_policy(run: CloneRunConfig) -> CloneResult:
@@ -125,10 +127,11 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
             trunk_seconds = time.perf_counter() - started
             print(
                 f"[glam] frozen trunk of {len(train) + len(held_out)} decisions kept in "
-                f"{trunk_seconds:.0f} s; each epoch runs the adapted layers only"
+                f"{trunk_seconds:.0f} s; each epoch runs the adapted layers only",
+                flush=True,
             )
         else:
-            print(f"[glam] clone.cache_trunk: not used ({problem})")
+            print(f"[glam] clone.cache_trunk: not used ({problem})", flush=True)
             trunk_seconds = math.nan
     else:
         trunk_seconds = math.nan
@@ -155,12 +158,15 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # the mark of a finished run, written last
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run)))
-    rows = [_epoch_row(0, 0, math.nan, math.nan, measure(policy, held_out, clone.batch_size))]
+    found = measure(policy, held_out, clone.batch_size)
+    zero_shot_choices = found["choices"]
+    rows = [_epoch_row(0, 0, math.nan, math.nan, found)]
     _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
     print(
         f"[glam] before training: held-out loss {rows[0]['eval_loss']:.4f}, accuracy "
         f"{rows[0]['eval_accuracy']:.3f} on {len(held_out)} decisions (always the commonest "
-        f"action: {summary['majority_accuracy']:.3f})"
+        f"action: {summary['majority_accuracy']:.3f})",
+        flush=True,
     )
     generator = torch.Generator().manual_seed(clone.seed)
     started = time.perf_counter()
@@ -194,7 +200,8 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
         _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
         print(
             f"[glam] epoch {epoch}: training loss {rows[-1]['train_loss']:.4f}, held-out loss "
-            f"{found['loss']:.4f}, held-out accuracy {found['accuracy']:.3f}"
+            f"{found['loss']:.4f}, held-out accuracy {found['accuracy']:.3f}",
+            flush=True,
         )
     policy.save_pretrained(output_dir / POLICY_FOLDER, training_env=env)
     summary |= {
@@ -202,6 +209,9 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
         "optimizer_steps": step,
         "zero_shot": rows[0],
         "final": rows[-1],
+        "held_out_targets": held_out.targets.tolist(),
+        "zero_shot_choices": zero_shot_choices,
+        "final_choices": found["choices"],
         "policy": str((output_dir / POLICY_FOLDER).resolve()),
     }
     (output_dir / SUMMARY_FILE).write_text(json.dumps(mark(summary, WRITER), indent=2) + "\n")
@@ -226,8 +236,8 @@ def _keep_trunk(
 @torch.no_grad()
 def measure(policy: LLMActorCritic, decisions: DecisionSet, batch_size: int) -> dict:
     """The policy's held-out cross-entropy, accuracy (its most probable action is the
-    demonstrated one), mean probability of the demonstrated action, and how often it would pick
-    each action, on `decisions`."""
+    demonstrated one), mean probability of the demonstrated action, how often it would pick
+    each action (`chosen`) and which it picks for each decision (`choices`), on `decisions`."""
     was_training = policy.training
     policy.eval()
     logits = []
@@ -246,6 +256,7 @@ def measure(policy: LLMActorCritic, decisions: DecisionSet, batch_size: int) -> 
         "accuracy": (chosen == targets).float().mean().item(),
         "target_probability": probabilities.gather(1, targets[:, None]).mean().item(),
         "chosen": np.bincount(chosen.numpy(), minlength=scores.shape[1]) / len(decisions),
+        "choices": chosen.tolist(),
     }
 
 
