@@ -47,9 +47,19 @@ FOLDER_WRITERS = {
 OTHER_WRITERS = {
     "demo.py": "replaces only a folder marked demo.txt, or an empty one (checked first)",
     "keep_runs.py": "writes only into a new or empty folder (glam.runs.record.keep_record)",
+    "ship_demo_policy.py": "writes only the project's glam/data/demo_policy (the shipped adapter)",
 }
 """The scripts that write files by a rule of their own, and the rule."""
-WRITES = ("write_text", "write_bytes", "savefig", "json.dump", "to_csv", "copy2", "rmtree")
+WRITES = (
+    "write_text",
+    "write_bytes",
+    "savefig",
+    "json.dump",
+    "to_csv",
+    "copy2",
+    "copyfile",
+    "rmtree",
+)
 """What writing a file looks like in a script's source."""
 
 
