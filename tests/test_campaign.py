@@ -48,7 +48,13 @@ def test_every_campaign_file_loads_checks_and_renders_valid_bash(
     campaign = glam_campaign.load_campaign(path)
     jobs = glam_campaign.plan_jobs(campaign, tmp_path)
     assert jobs
-    assert glam_campaign.check_jobs(jobs) == []  # every job's config fits its script's schema
+    # Every arm's config fits its script's schema: the jobs of the first seed (the other seeds'
+    # differ only in train.seed and their folders; composing each costs 0.1 s of Hydra, and
+    # `launch_campaign.py` checks every job before it starts any).
+    seed = f"seed-{campaign.seeds[0]} "
+    first = [job for job in jobs if job.label.startswith(seed) or f"_{seed}" in job.label]
+    assert first and len(first) * len(campaign.seeds) == len(jobs)
+    assert glam_campaign.check_jobs(first) == []
     for job in jobs:
         check = subprocess.run(["bash", "-n"], input=job.script, text=True, capture_output=True)
         assert check.returncode == 0, f"{job.label}: {check.stderr}"
