@@ -44,8 +44,7 @@ def main(config: CloneRunConfig) -> None:
 
     with exit_on(ValueError, ModelNotFoundError):
         result = clone_policy(config)
-    final = result.summary["final"]
-    print(json.dumps({k: v for k, v in final.items()}, indent=2))
+    print(json.dumps(result.summary["final"], indent=2))
     print(f"[glam] cloned policy saved to {result.output_dir / 'policy'} (figures: clone.csv)")
 
 

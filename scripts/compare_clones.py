@@ -69,15 +69,15 @@ def _recompute(folder: Path, record: dict, threads: int) -> dict:
     import torch
     from omegaconf import OmegaConf
 
-    from glam.bc.choice import DecisionSet, measure
-    from glam.bc.sft import split_pairs
+    from glam.bc.choice import DecisionSet, measure, split_decisions
+    from glam.bc.config import CloneConfig
     from glam.demos import load_demos
     from glam.policy.llm_policy import LLMActorCritic
 
     torch.set_num_threads(threads)
-    clone = OmegaConf.load(folder / "config.yaml").clone
-    _, held_out = split_pairs(load_demos(record["dataset"]), clone.eval_fraction, clone.seed)
-    held_out = held_out.select(range(record["eval_pairs"]))
+    saved = OmegaConf.load(folder / "config.yaml").clone
+    clone = CloneConfig(**OmegaConf.to_container(saved))
+    _, held_out = split_decisions(load_demos(record["dataset"]), clone)
     policy = LLMActorCritic.from_pretrained(folder / "policy")
     decisions = DecisionSet.from_pairs(held_out, tuple(policy.action_words))
     found = measure(policy, decisions, clone.batch_size)

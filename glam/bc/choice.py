@@ -31,7 +31,7 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import get_scheduler
 
-from glam.bc.config import CloneRunConfig
+from glam.bc.config import CloneConfig, CloneRunConfig
 from glam.bc.sft import dataset_action_space, split_pairs
 from glam.config import EnvConfig
 from glam.demos import DemoDatasetError, demo_metadata, load_demos
@@ -39,7 +39,7 @@ from glam.outputs import mark
 from glam.policy.llm_policy import LLMActorCritic
 from glam.policy.observations import TextObservations
 
-__all__ = ["CloneResult", "DecisionSet", "clone_policy", "measure"]
+__all__ = ["CloneResult", "DecisionSet", "clone_policy", "measure", "split_decisions"]
 
 WRITER = "clone_policy"
 SUMMARY_FILE = "clone.json"
@@ -102,9 +102,7 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
             f"the demonstrations' prompts are in the {prompt_format!r} format, the policy reads "
             f"policy.prompt_format={run.policy.prompt_format!r}: set it to {prompt_format}"
         )
-    train_pairs, eval_pairs = split_pairs(pairs, clone.eval_fraction, clone.seed)
-    if clone.max_eval_pairs is not None:
-        eval_pairs = eval_pairs.select(range(min(clone.max_eval_pairs, len(eval_pairs))))
+    train_pairs, eval_pairs = split_decisions(pairs, clone)
     train = DecisionSet.from_pairs(train_pairs, space.words)
     held_out = DecisionSet.from_pairs(eval_pairs, space.words)
 
@@ -216,6 +214,15 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     }
     (output_dir / SUMMARY_FILE).write_text(json.dumps(mark(summary, WRITER), indent=2) + "\n")
     return CloneResult(output_dir, summary)
+
+
+def split_decisions(pairs: Dataset, clone: CloneConfig) -> tuple[Dataset, Dataset]:
+    """The training pairs and the held-out pairs measured (SFT's split by episode, then the
+    first `clone.max_eval_pairs` held-out ones)."""
+    train_pairs, eval_pairs = split_pairs(pairs, clone.eval_fraction, clone.seed)
+    if clone.max_eval_pairs is not None:
+        eval_pairs = eval_pairs.select(range(min(clone.max_eval_pairs, len(eval_pairs))))
+    return train_pairs, eval_pairs
 
 
 @torch.no_grad()
