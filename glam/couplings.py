@@ -9,7 +9,7 @@ from glam.ask.hook import AskHook, build_mediator_policy
 from glam.codeact.hook import CodeactHook
 from glam.oni.hook import OniHook
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.trainer import PolicyFactory
+from glam.ppo.setup import PolicyFactory
 from glam.probe import ProbeHook
 from glam.run_config import TrainingRunConfig
 from glam.teach.hook import TeachHook

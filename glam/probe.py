@@ -50,7 +50,7 @@ from glam.policy.prompts import PromptHistory
 from glam.ppo.hooks import TrainerHook
 
 if TYPE_CHECKING:
-    from glam.ppo.trainer import Training
+    from glam.ppo.setup import Training
 
 __all__ = [
     "PROBE_CSV",

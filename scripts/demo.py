@@ -10,11 +10,11 @@
 2. resets a BabyAI-Text episode of the default preset and shows the prompt and the policy;
 3. runs the main job, PPO with a LoRA adapter on the model's top 4 layers, the update run from
    the rollout's cached trunk (`scripts/train_language_agent.py`, preset `smollm2_lora_cpu`),
-   for six updates of 256 frames, and prints what it measured from the run's `metrics.csv`:
+   for four updates of 256 frames, and prints what it measured from the run's `metrics.csv`:
    the last update's figures and the training success of every update;
 4. scores the first step's prompt again with the trained checkpoint and shows the policy
    before and after, and draws the run's learning curve (`learning_curve.png` in the run folder).
-Six updates move the first step's policy by about 0.1 but do not yet show in success (the
+Four updates move the first step's policy but do not yet show in success (the
 shipped adapter shows what the full run reaches): the preset's full runs passed 0.5 smoothed training success after 3,328 and 3,840 frames (13 and 15
 updates) and 0.9 after 5,632, and solve the level on held-out episodes (docs/training.md).
 """
@@ -37,12 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PRESET = "smollm2_lora_cpu"
 DEMO_MARK = "demo.txt"
 """The file that marks a run folder as the demo's own: the only folder a new demo replaces."""
-UPDATES = 6
+UPDATES = 4
+"""Live PPO updates: the demo's whole budget is 3 minutes of a 2-core CPU."""
 EPISODES = 10
 """Held-out episodes played by the untrained and the trained policy."""
 FRAMES_PER_ENV = 32
 FULL_RUN = (
-    "[demo] six updates move the policy but are too few to show in success. The preset's full "
+    "[demo] a few updates move the policy but are too few to show in success. The preset's full "
     "run (24 updates, 27 minutes here; two seeds) passed 0.5 smoothed training success after "
     "3,328 and 3,840 frames, 0.9 after 5,632, and solved 98 and 100 of 100 held-out episodes: "
     "`python scripts/train_language_agent.py train.output_dir=runs/smollm2`, curves and "

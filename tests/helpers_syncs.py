@@ -78,7 +78,10 @@ def rollout_and_update_reads(run_dir: Path, accelerator: Any, overrides: list[st
     device, counting the host's reads there: what the rollout and the update asked for, by file,
     with the number of forwards, micro-batches and optimizer steps, and the update's metrics."""
     from glam.config import compose_config
-    from glam.ppo.trainer import StopSignal, build_training, collect_rollout, ppo_update
+    from glam.ppo.learner import StopSignal
+    from glam.ppo.setup import build_training
+    from glam.ppo.trainer import collect_rollout
+    from glam.ppo.update import ppo_update
 
     cfg = compose_config("tiny", [*overrides, f"train.output_dir={run_dir}"])
     training = build_training(cfg, accelerator, run_dir)

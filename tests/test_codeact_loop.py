@@ -42,7 +42,9 @@ from glam.llm.remote import OpenAIChatClient
 from glam.llm.server import ChatServer
 from glam.policy.files import CheckpointError
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.trainer import SetupError, build_policy, train
+from glam.ppo.setup import build_policy
+from glam.ppo.trainer import train
+from glam.runs.errors import SetupError
 from glam.runs.folder import latest_checkpoint
 
 __all__ = ["one_torch_thread"]  # autouse fixture: one torch thread in this module

@@ -322,7 +322,13 @@ def test_full_fine_tuning_of_low_precision_weights_is_refused(dtype: str) -> Non
 # 7. The hot loops, bf16 on older GPUs, couplings on the GPU, multi-node caches
 # --------------------------------------------------------------------------------------------
 
-LOOP_FILES = ("glam/ppo/trainer.py", "glam/ppo/algorithms.py", "glam/policy/output.py")
+LOOP_FILES = (
+    "glam/ppo/trainer.py",
+    "glam/ppo/update.py",
+    "glam/ppo/learner.py",
+    "glam/ppo/algorithms.py",
+    "glam/policy/output.py",
+)
 """The training loop's own files (the scorer's reads are of its CPU-side layout tensors)."""
 
 
@@ -348,7 +354,7 @@ def test_the_loop_reads_the_device_once_per_forward_and_twice_per_micro_batch(
 
 def test_zero3_partitions_are_checked_for_infinite_weights() -> None:
     # Under ZeRO-3 a parameter is an empty placeholder; its shard holds the weights.
-    from glam.ppo.trainer import _all_finite
+    from glam.ppo.update import _all_finite
 
     placeholder = torch.nn.Parameter(torch.empty(0))
     placeholder.ds_tensor = torch.tensor([1.0, float("inf")])
@@ -394,7 +400,7 @@ def test_each_node_builds_its_model_cache_on_one_of_its_processes(
 ) -> None:
     import contextlib
 
-    import glam.ppo.trainer as trainer
+    import glam.ppo.setup as setup
 
     first: list[str] = []
 
@@ -407,8 +413,8 @@ def test_each_node_builds_its_model_cache_on_one_of_its_processes(
         def main_process_first(self):  # the whole job's first: other nodes' caches wait
             raise AssertionError("a node without the main process would convert all at once")
 
-    monkeypatch.setattr(trainer, "prepare_model_cache", lambda spec: first.append(spec))
-    trainer.prepare_model_once(Node(), "smollm2-135m")
+    monkeypatch.setattr(setup, "prepare_model_cache", lambda spec: first.append(spec))
+    setup.prepare_model_once(Node(), "smollm2-135m")
     assert first == ["node", "smollm2-135m"]
 
 

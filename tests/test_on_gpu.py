@@ -131,7 +131,13 @@ def test_the_loop_waits_for_the_gpu_once_per_forward_and_twice_per_micro_batch(
     reads = rollout_and_update_reads(
         tmp_path, Accelerator(), ["ppo.micro_batch_size=8", "train.total_frames=64"]
     )
-    loop = ("glam/ppo/trainer.py", "glam/ppo/algorithms.py", "glam/policy/output.py")
+    loop = (
+        "glam/ppo/trainer.py",
+        "glam/ppo/update.py",
+        "glam/ppo/learner.py",
+        "glam/ppo/algorithms.py",
+        "glam/policy/output.py",
+    )
     print("GPU reads, rollout:", dict(reads["rollout"].by_file), "forwards:", reads["forwards"])
     print("GPU reads, update:", dict(reads["update"].by_file), "micro:", reads["micro_batches"])
     # The loop's own reads. Rollout: the finiteness flag, and the values and the actions the

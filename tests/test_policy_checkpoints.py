@@ -98,7 +98,7 @@ def test_code_in_a_checkpoint_runs_only_when_the_user_allows_it(tmp_path, module
 
 
 def test_resuming_a_run_does_not_run_the_checkpoints_code(tmp_path, modules_cache):
-    from glam.ppo.trainer import build_policy
+    from glam.ppo.setup import build_policy
     from glam.run_config import TrainingRunConfig
 
     folder, marker = checkpoint_with_code(tmp_path)

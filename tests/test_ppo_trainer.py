@@ -31,20 +31,18 @@ from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.entry import _train_and_report
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
+from glam.ppo.learner import StopSignal
 from glam.ppo.logger import MetricsLogger
-from glam.ppo.trainer import (
-    SetupError,
-    StopSignal,
+from glam.ppo.setup import (
     Training,
     _check_layout,
     build_policy,
     build_training,
-    collect_rollout,
     lr_factor,
     open_logs,
-    ppo_update,
-    train,
 )
+from glam.ppo.trainer import collect_rollout, train
+from glam.ppo.update import ppo_update
 from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import (
     CheckpointWriteError,
@@ -55,6 +53,7 @@ from glam.runs.checkpoint import (
     resume_checkpoint,
     save_checkpoint,
 )
+from glam.runs.errors import SetupError
 from glam.runs.folder import latest_checkpoint, policy_dir
 
 NAV = ["turn left", "turn right", "go forward"]
@@ -916,7 +915,7 @@ def test_an_unusable_checkpoint_stops_the_resume_before_any_model_is_built(
     def no_model(*args: object) -> None:
         raise AssertionError("a model was prepared before the checks")
 
-    monkeypatch.setattr("glam.ppo.trainer.prepare_model_cache", no_model)
+    monkeypatch.setattr("glam.ppo.setup.prepare_model_cache", no_model)
     cfg = tiny_config()
     cfg.train.resume = True
     with pytest.raises(SetupError, match="cannot resume: .*update_000002: optimizer.pt is missing"):
@@ -944,7 +943,7 @@ def test_an_unusable_output_dir_stops_before_any_model_is_built(
     def no_model(*args: object) -> None:
         raise AssertionError("a model was prepared before the output folder was checked")
 
-    monkeypatch.setattr("glam.ppo.trainer.prepare_model_cache", no_model)
+    monkeypatch.setattr("glam.ppo.setup.prepare_model_cache", no_model)
     with pytest.raises(SetupError, match=re.escape(f"train.output_dir={str(run_dir)!r} {message}")):
         build_training(tiny_config(), accelerator, run_dir)
 

@@ -18,86 +18,43 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-GLAM = ROOT / "glam"
-UNITS = sorted(
-    path.stem if path.is_file() else path.name
-    for path in GLAM.iterdir()
-    if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()
+from glam.structure import (
+    GLAM,
+    ROOT,
+    glam_imports,
+    import_graph,
+    imported_modules,
+    module_name,
+    schema_modules,
+    unit_of,
+    units,
 )
-"""glam's subpackages (`ppo`, `eval`, ...) and top-level modules (`config`, `scoring`, ...)."""
+
+LAYERS = [
+    ["cli", "devices", "lazy", "scaling", "skills", "structure", "trunk"],
+    ["config", "outputs", "scoring"],
+    ["decoding", "demos", "models", "runs", "scaling_report"],
+    ["glam", "gpu_check", "llm"],
+    ["policy"],
+    ["envs", "scoring_bench"],
+    ["ppo"],
+    ["offpolicy", "probe", "teach"],
+    ["baselines"],
+    ["ask", "codeact"],
+    ["eval"],
+    ["bc", "campaign", "compare", "demo", "oni"],
+    ["couplings"],
+]
+"""glam's units in layers, from the bottom: a unit imports only units of lower layers
+(`test_every_import_goes_down_the_layers`). Written here once; docs/architecture.md lists them
+and draws them (`scripts/draw_architecture.py`). A new subpackage or top-level module gets its
+row here. `config` is the training run's schema wherever its modules live
+(`glam.structure.schema_modules`)."""
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _declares_a_section(path: Path) -> bool:
-    """Whether the module declares a section of the training run (`@config_section(...)`)."""
-    return any(
-        isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "config_section"
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
-        if isinstance(node, ast.ClassDef)
-        for decorator in node.decorator_list
-    )
-
-
-SCHEMA_MODULES = {"glam.config", "glam.run_config"} | {
-    _module_name(path) for path in sorted(GLAM.rglob("*.py")) if _declares_a_section(path)
-}
-"""The training run's schema: its core (`glam.config`), its assembly (`glam.run_config`) and the
-section each coupling and algorithm declares in its own package (`glam.teach.config`...). They
-count as one unit, `config`, wherever they live: the bottom layer, which imports only itself
-(`test_the_training_schema_imports_only_itself`), so that every package may import the schema."""
-
-
-def _unit(module: str) -> str | None:
-    """`glam.ppo.trainer` -> `ppo`; `glam` itself -> `glam`; outside glam -> None; a module of
-    the training run's schema (`glam.teach.config`) -> `config`."""
-    parts = module.split(".")
-    if parts[0] != "glam":
-        return None
-    if module in SCHEMA_MODULES:
-        return "config"
-    return parts[1] if len(parts) > 1 and parts[1] in UNITS else "glam"
-
-
-def _imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list:
-    """Absolute names of the modules an import statement loads (`from glam import x`: glam.x)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    if node.level:  # relative: resolve against the importing module's package
-        package = module.split(".") if is_package else module.split(".")[:-1]
-        base = ".".join(package[: len(package) - node.level + 1])
-        source = f"{base}.{node.module}" if node.module else base
-    else:
-        source = node.module or ""
-    return [source] + [f"{source}.{alias.name}" for alias in node.names if source == "glam"]
-
-
-def _glam_imports() -> list[tuple[str, str, Path, int, bool]]:
-    """Every import of a glam module in glam/: (from unit, to unit, file, line, inside a def)."""
-    found = []
-    for path in sorted(GLAM.rglob("*.py")):
-        module = _module_name(path)
-        tree = ast.parse(path.read_text(), filename=str(path))
-        in_function = {
-            id(inner)
-            for outer in ast.walk(tree)
-            if isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            for inner in ast.walk(outer)
-        }
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            for name in _imported_modules(node, module, path.name == "__init__.py"):
-                target = _unit(name)
-                if target is not None:
-                    found.append(
-                        (_unit(module), target, path, node.lineno, id(node) in in_function)
-                    )
-    return found
+def _import_tuples() -> list[tuple[str, str, Path, int, bool]]:
+    """`glam.structure.glam_imports` as tuples: (from unit, to unit, file, line, inside a def)."""
+    return [(i.source, i.target, i.path, i.line, i.in_function) for i in glam_imports()]
 
 
 def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -123,16 +80,6 @@ def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def _graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
-    edges: dict[str, set[str]] = defaultdict(set)
-    sites: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for source, target, path, line, _ in _glam_imports():
-        if source != target:
-            edges[source].add(target)
-            sites[source, target].append(f"{path.relative_to(ROOT)}:{line}")
-    return edges, sites
-
-
 def test_cycle_finder_finds_a_cycle_and_accepts_a_dag() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
@@ -140,13 +87,13 @@ def test_cycle_finder_finds_a_cycle_and_accepts_a_dag() -> None:
 
 def test_the_import_graph_is_read_from_the_source() -> None:
     """The graph sees the edges everybody knows are there (a broken reader finds no cycle)."""
-    edges, _ = _graph()
+    edges, _ = import_graph()
     assert {"config", "models", "policy"} <= edges["ppo"]
     assert "policy" in edges["eval"]
 
 
 def test_subpackages_import_each_other_without_cycles() -> None:
-    edges, sites = _graph()
+    edges, sites = import_graph()
     cycle = _find_cycle(edges)
     if cycle is not None:
         hops = [
@@ -156,13 +103,68 @@ def test_subpackages_import_each_other_without_cycles() -> None:
         pytest.fail("import cycle " + " -> ".join(cycle) + "\n" + "\n".join(hops))
 
 
+def _layer_of() -> dict[str, int]:
+    return {unit: row for row, layer in enumerate(LAYERS) for unit in layer}
+
+
+def test_every_unit_has_one_layer() -> None:
+    """Every subpackage and top-level module stands in exactly one row of `LAYERS`
+    (`run_config` counts as `config`), and no row names a unit that is gone."""
+    placed = [unit for layer in LAYERS for unit in layer]
+    assert len(placed) == len(set(placed)), "a unit stands in two layers"
+    present = {"config" if unit == "run_config" else unit for unit in units()} | {"glam"}
+    assert set(placed) == present, (
+        f"not in LAYERS: {sorted(present - set(placed))}; gone: {sorted(set(placed) - present)}"
+    )
+
+
+def _upward(edges: dict[str, set[str]], layer: dict[str, int]) -> list[tuple[str, str]]:
+    """The edges that do not go to a lower layer."""
+    return [
+        (source, target)
+        for source, targets in sorted(edges.items())
+        for target in sorted(targets)
+        if layer[target] >= layer[source]
+    ]
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    """No unit imports one of its own layer or a higher one: the layout reads top-down, and a
+    change to a unit can only break the units above it."""
+    layer = _layer_of()
+    edges, sites = import_graph()
+    upward = [
+        f"  {source} (layer {layer[source]}) -> {target} (layer {layer[target]}): "
+        + ", ".join(sites[source, target])
+        for source, target in _upward(edges, layer)
+    ]
+    assert not upward, "imports that do not go down LAYERS:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_finds_imports_up_and_across() -> None:
+    layer = {"low": 0, "mid": 1, "side": 1, "top": 2}
+    edges = {"top": {"mid", "low"}, "mid": {"low", "side"}, "low": {"top"}}
+    assert _upward(edges, layer) == [("low", "top"), ("mid", "side")]
+
+
+def test_the_architecture_page_lists_the_layers() -> None:
+    """docs/architecture.md's table of layers is `LAYERS`, row for row."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2 and cells[0].isdigit():
+            rows[int(cells[0])] = sorted(unit.strip("` ") for unit in cells[1].split(","))
+    assert rows == dict(enumerate(LAYERS)), "docs/architecture.md's layers differ from LAYERS"
+
+
 def test_evaluation_does_not_import_the_trainers() -> None:
     """Evaluation finds a run's policy with `glam.runs.folder` and plays episodes with `glam.envs`:
     no module of glam/eval imports glam.ppo (`import glam.ppo...`, `from glam.ppo... import`,
     `from glam import ppo`), so a change inside the trainer cannot break evaluation."""
     found = [
         f"{path.relative_to(ROOT)}:{line}"
-        for source, target, path, line, _ in _glam_imports()
+        for source, target, path, line, _ in _import_tuples()
         if source == "eval" and target == "ppo"
     ]
     assert not found, "glam/eval imports glam.ppo:\n" + "\n".join(found)
@@ -173,26 +175,29 @@ def test_run_folders_do_not_import_the_trainers() -> None:
     imports none of them, nor evaluation."""
     found = [
         f"{path.relative_to(ROOT)}:{line} imports glam.{target}"
-        for source, target, path, line, _ in _glam_imports()
+        for source, target, path, line, _ in _import_tuples()
         if source == "runs" and target in {"ppo", "baselines", "eval", "bc"}
     ]
     assert not found, "glam/runs imports a trainer:\n" + "\n".join(found)
 
 
 def test_the_training_schema_imports_only_itself() -> None:
-    """The modules of the training run's schema (`SCHEMA_MODULES`) import no glam module but
+    """The modules of the training run's schema (`schema_modules()`) import no glam module but
     each other and `glam.cli` (which imports none): counting a package's section module in the
     unit `config` hides no dependency of it on its package's code."""
-    assert {"glam.teach.config", "glam.ppo.algorithm_config"} <= SCHEMA_MODULES  # the reader works
+    assert {
+        "glam.teach.config",
+        "glam.ppo.algorithm_config",
+    } <= schema_modules()  # the reader works
     outside = []
-    for module in sorted(SCHEMA_MODULES):
+    for module in sorted(schema_modules()):
         path = ROOT / (module.replace(".", "/") + ".py")
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 outside += [
                     f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
-                    for name in _imported_modules(node, module, is_package=False)
-                    if _unit(name) is not None and name not in SCHEMA_MODULES | {"glam.cli"}
+                    for name in imported_modules(node, module, is_package=False)
+                    if unit_of(name) is not None and name not in schema_modules() | {"glam.cli"}
                 ]
     assert not outside, "the training schema imports other glam modules:\n" + "\n".join(outside)
 
@@ -204,7 +209,7 @@ def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     training run's schema, `glam.run_config`, which imports `glam.config`."""
     late = [
         f"{path.relative_to(ROOT)}:{line} imports glam.{target}"
-        for _, target, path, line, in_function in _glam_imports()
+        for _, target, path, line, in_function in _import_tuples()
         if in_function and not (path == GLAM / "config.py" and target == "config")
     ]
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
@@ -276,6 +281,8 @@ _RUNS_NO_MODEL_CODE = {
     "DRRNPolicy": "glam's own network: glam_policy.json and safetensors",
     "policy_class": "glam.baselines.loading's call for the symbolic and DRRN policies (the "
     "language model's call, beside it, passes trust_remote_code)",
+    "GenerationConfig": "reads generation_config.json only (transformers' GenerationConfig "
+    "takes no trust_remote_code)",
 }
 """Receivers of a loader call that load no model code, and why."""
 _OFF_BY_DEFAULT = {"LLMActorCritic"}
@@ -377,24 +384,24 @@ def test_scripts_report_bad_input_through_one_function() -> None:
 
 KNOWN_MODULE_CIRCLES = {
     "glam": ["glam.config", "glam.run_config", "glam.config"],
-    "glam.ppo": ["glam.ppo.hooks", "glam.ppo.trainer", "glam.ppo.hooks"],
+    "glam.ppo": ["glam.ppo.hooks", "glam.ppo.setup", "glam.ppo.hooks"],
 }
 """Circles between the modules of one package that are still there: the run's schema, whose
 composition sits in the lowest module (`glam.config` <-> `glam.run_config`), and the hooks'
-type of the trainer's state (`glam.ppo.hooks` <-> `glam.ppo.trainer`, under TYPE_CHECKING)."""
+type of the trainer's state (`glam.ppo.hooks` <-> `glam.ppo.setup`, under TYPE_CHECKING)."""
 
 
 def _module_graph() -> dict[str, dict[str, set[str]]]:
     """Per package, its modules' imports of each other (every import, TYPE_CHECKING ones too)."""
-    modules = {_module_name(path) for path in GLAM.rglob("*.py")}
+    modules = {module_name(path) for path in GLAM.rglob("*.py")}
     graphs: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for path in sorted(GLAM.rglob("*.py")):
-        module = _module_name(path)
+        module = module_name(path)
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            for name in _imported_modules(node, module, path.name == "__init__.py"):
+            for name in imported_modules(node, module, path.name == "__init__.py"):
                 while name and name not in modules:
                     name = name.rpartition(".")[0]
                 if name and name != package and name.rpartition(".")[0] == package != module:

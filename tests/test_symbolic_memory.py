@@ -37,16 +37,12 @@ from glam.policy.observations import GridObservations, TextObservations
 from glam.ppo.buffer import RolloutBuffer, sequence_positions
 from glam.ppo.gae import compute_gae
 from glam.ppo.hooks import TrainerHook
+from glam.ppo.learner import StopSignal
 from glam.ppo.rollout import play_episodes
-from glam.ppo.trainer import (
-    SetupError,
-    StopSignal,
-    collect_rollout,
-    policy_output,
-    ppo_update,
-    train,
-)
+from glam.ppo.trainer import collect_rollout, train
+from glam.ppo.update import policy_output, ppo_update
 from glam.runs.checkpoint import read_trainer_state
+from glam.runs.errors import SetupError
 from glam.runs.folder import latest_checkpoint, policy_dir
 from glam.teach.hook import TeachHook
 

@@ -23,7 +23,8 @@ from glam.config import PPOConfig, compose_config
 from glam.envs import EnvRunner
 from glam.eval.student_agreement import mission_in_view, student_agreement
 from glam.ppo.hooks import TrainerHook
-from glam.ppo.trainer import _chunk_loss, train
+from glam.ppo.trainer import train
+from glam.ppo.update import _chunk_loss
 from glam.runs.checkpoint import TrainerState
 from glam.skills import candidate_subgoals
 from glam.teach.config import TeachConfig

@@ -37,7 +37,8 @@ from glam.config import (
 from glam.policy import LLMActorCritic, glam_prompt
 from glam.policy.observations import TextObservations
 from glam.ppo.buffer import Transitions
-from glam.ppo.trainer import _chunk_loss, ppo_update, train
+from glam.ppo.trainer import train
+from glam.ppo.update import _chunk_loss, ppo_update
 from glam.runs.errors import SetupError
 from glam.trunk import TrunkStates, layer_stack, trainable_layers
 

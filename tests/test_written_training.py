@@ -36,16 +36,11 @@ from glam.ppo.algorithms import GRPO, PPO, anchor_ids, build_algorithm
 from glam.ppo.buffer import RolloutBuffer, Transitions
 from glam.ppo.entry import _train_and_report
 from glam.ppo.estimators import gigpo_advantages, grpo_advantages
+from glam.ppo.learner import StopSignal
 from glam.ppo.losses import clipped_surrogate_loss
-from glam.ppo.trainer import (
-    StopSignal,
-    _chunk_loss,
-    build_policy,
-    collect_rollout,
-    policy_output,
-    ppo_update,
-    train,
-)
+from glam.ppo.setup import build_policy
+from glam.ppo.trainer import collect_rollout, train
+from glam.ppo.update import _chunk_loss, policy_output, ppo_update
 from glam.ppo.written import PolicyCollapsed, WrittenEnvRunner, answer_statistics
 from glam.run_config import TrainingRunConfig
 from glam.runs.errors import SetupError

@@ -33,7 +33,7 @@ from glam.skills import SkillMap
 from glam.teach.scorers import SubgoalScorer, build_scorer
 
 if TYPE_CHECKING:
-    from glam.ppo.trainer import Training
+    from glam.ppo.setup import Training
 
 __all__ = ["AskHook", "ask_metrics", "build_mediator_policy"]
 

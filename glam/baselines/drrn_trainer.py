@@ -45,18 +45,13 @@ from glam.baselines.replay import ReplayBuffer
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
 from glam.offpolicy.rows import RowTraining, train_in_rows
 from glam.policy.llm_policy import CheckpointError
+from glam.ppo.learner import StopSignal, TrainResult, episode_metrics, raise_if_diverged
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.rollout import EpisodeStats
-from glam.ppo.trainer import (
-    SetupError,
-    StopSignal,
-    TrainResult,
-    episode_metrics,
-    open_logs,
-    raise_if_diverged,
-)
+from glam.ppo.setup import open_logs
 from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState
+from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
     announce_resume,
     open_run_dir,

@@ -60,12 +60,13 @@ from glam.models.loading import ModelNotFoundError
 from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
-from glam.ppo.trainer import PolicyFactory, SetupError
+from glam.ppo.setup import PolicyFactory
 from glam.run_config import TrainingRunConfig
+from glam.runs.errors import SetupError
 from glam.teach.scorers import build_scorer
 
 if TYPE_CHECKING:
-    from glam.ppo.trainer import Training
+    from glam.ppo.setup import Training
 
 __all__ = ["CodeactHook"]
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from accelerate import Accelerator
 
-from glam.ppo.trainer import StopSignal, TrainResult, checkpoint_due, log_update
+from glam.ppo.learner import StopSignal, TrainResult, checkpoint_due, log_update
 from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState, save_checkpoint
 

@@ -64,18 +64,13 @@ from glam.policy.heads import mlp, run_fp32
 from glam.policy.llm_policy import CheckpointError
 from glam.policy.observations import Observations, policy_inputs
 from glam.policy.output import PolicyOutput
+from glam.ppo.learner import StopSignal, TrainResult, episode_metrics, raise_if_diverged
 from glam.ppo.logger import MetricsLogger, ProgressBar
 from glam.ppo.rollout import EpisodeStats
-from glam.ppo.trainer import (
-    SetupError,
-    StopSignal,
-    TrainResult,
-    episode_metrics,
-    open_logs,
-    raise_if_diverged,
-)
+from glam.ppo.setup import open_logs
 from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState
+from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
     announce_resume,
     open_run_dir,

@@ -47,7 +47,7 @@ from glam.oni.rewards import RewardModel, build_reward_model, decayed
 from glam.ppo.hooks import TrainerHook
 
 if TYPE_CHECKING:
-    from glam.ppo.trainer import Training
+    from glam.ppo.setup import Training
 
 __all__ = ["OniEnv", "OniHook", "labels_path", "read_labels"]
 

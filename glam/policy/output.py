@@ -43,7 +43,7 @@ class PolicyOutput:
 
         Unvalidated: torch's checks of the logits and of each sampled action read values back
         from the device, a wait for the GPU at every rollout step and micro-batch; the trainer
-        checks that the logits are finite (`glam.ppo.trainer._finite`) before it samples or
+        checks that the logits are finite (`glam.ppo.update.finite_output`) before it samples or
         takes a loss."""
         return Categorical(logits=self.logits, validate_args=False)
 

@@ -25,9 +25,9 @@ from glam.cli import report
 from glam.llm.chat import ChatClientError
 from glam.ppo.hooks import HookError
 from glam.ppo.launch import LaunchError, build_accelerator, describe
-from glam.ppo.trainer import SetupError, StopSignal, TrainingDiverged
+from glam.ppo.learner import StopSignal
 from glam.run_config import TrainingRunConfig
-from glam.runs.errors import RunWriteError
+from glam.runs.errors import RunWriteError, SetupError, TrainingDiverged
 from glam.runs.folder import latest_checkpoint
 from glam.runs.summary import format_summary, write_summary
 

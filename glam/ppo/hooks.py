@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from glam.policy.observations import Observations
     from glam.policy.output import PolicyOutput
     from glam.ppo.buffer import Transitions
-    from glam.ppo.trainer import Training
+    from glam.ppo.setup import Training
 
 
 class HookError(RuntimeError):

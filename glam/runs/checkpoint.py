@@ -580,7 +580,7 @@ def load_training_state(
     this process's RNG states from `checkpoint`.
 
     The policy weights are loaded separately, before `accelerator.prepare` (see
-    `glam.ppo.trainer.build_policy`). Returns the counters and this process's env state.
+    `glam.ppo.setup.build_policy`). Returns the counters and this process's env state.
 
     Raises:
         UnusableCheckpoint: a file that passed `check_checkpoint` but does not load into this
