@@ -26,7 +26,10 @@ logistic regression that predicts (a) the bot's action and (b) the target's dire
 left, right, not visible), trained on the states of some episodes and scored on the
 `--held-out` others. Beside each layer: the training split's majority class and the same
 regression on hand-made features (the target's offsets right and forward of the agent and
-whether it sees it). glam/eval/feature_probe.py says how each figure is computed.
+whether it sees it). A ridge regression on the same features predicts (c) the discounted
+return (`--gamma`, PPO's 0.99) the bot's episode got from each state, what a critic must say,
+scored by R^2 on the held-out episodes. glam/eval/feature_probe.py says
+how each figure is computed.
 
 Prints the table and, with `--out`, writes every figure, the counts and the command as JSON (an
 existing file is refused unless `--overwrite`). Exit status: 0 done; 2 bad input (an unknown
@@ -55,6 +58,7 @@ from glam.bc.config import BOT_UNSUPPORTED_LEVELS, DemosConfig
 from glam.cli import exit_on, fail, positive_int
 from glam.demos import DemoDatasetError
 from glam.eval.feature_probe import (
+    GAMMA,
     ProbeInputError,
     ProbeStates,
     check_layers,
@@ -103,6 +107,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--layers", type=int, nargs="+", help="hidden_states indices (default: L-4 and L)"
     )
     parser.add_argument("--held-out", type=float, default=0.25, help="share of test episodes")
+    parser.add_argument(
+        "--gamma", type=float, default=GAMMA, help="discount of the returns the value probe fits"
+    )
     parser.add_argument("--l2", type=float, help="fixed L2 strength (default: chosen on a split)")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1...")
@@ -116,6 +123,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         fail("--random-init applies to --model, not to a trained --run")
     if not 0 < args.held_out < 1:
         fail(f"--held-out is a share of the episodes in (0, 1), got {args.held_out}")
+    if not 0 <= args.gamma <= 1:
+        fail(f"--gamma must be in [0, 1], got {args.gamma}")
     if args.l2 is not None and not args.l2 > 0:
         fail(f"--l2 must be > 0, got {args.l2}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -149,7 +158,7 @@ def load(args: argparse.Namespace) -> tuple[torch.nn.Module, Any, dict[str, Any]
 def states_of(args: argparse.Namespace, tokenizer: Any, trained: dict[str, Any]) -> ProbeStates:
     """The bot's states (collected now, or read from --demos), in the prompt format probed."""
     if args.demos is not None:
-        states = read_states(args.demos)
+        states = read_states(args.demos, gamma=args.gamma)
         for key in ("action_space", "nbr_obs", "prompt_format"):
             recorded = states.settings.get(key)
             if trained.get(key) is not None and recorded is not None and recorded != trained[key]:
@@ -191,6 +200,7 @@ def states_of(args: argparse.Namespace, tokenizer: Any, trained: dict[str, Any])
         config.action_space,
         config.language,
         settings={"source": "bot", **settings, "stats": stats},
+        gamma=args.gamma,
     )
 
 
@@ -208,6 +218,18 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
         lines.append(
             f"| {task} | {len(result['classes'])} | " + " | ".join(f"{c:.3f}" for c in cells) + " |"
         )
+    value = report.get("value")
+    if value:
+        columns = ["training mean", "hand-made", "hand-made table", *columns[3:]]
+        probes = value["probes"]
+        cells = [value["mean"], probes["hand_made"]["r2"], value["hand_made_table"]]
+        cells += [probes[f"layer_{layer}"]["r2"] for layer in layers]
+        lines += [
+            "",
+            "| held-out R^2 of the bot's discounted return | " + " | ".join(columns) + " |",
+            "|---|" + "---:|" * len(columns),
+            "| value (ridge) | " + " | ".join(f"{c:.3f}" for c in cells) + " |",
+        ]
     lines += [
         "",
         "| layer | mean norm | top-5 dims' share | varying share |",

@@ -28,15 +28,20 @@ from glam.eval.feature_probe import (
     ProbeInputError,
     TargetFeatures,
     check_layers,
+    explained_variance,
     fit_linear_probe,
+    fit_ridge,
     last_token_states,
     majority_accuracy,
     probe_states,
     probe_task,
+    r_squared,
     read_states,
+    replay_returns,
     split_episodes,
     states_from_records,
     table_accuracy,
+    table_value,
     target_features,
 )
 from glam.models.loading import load_model
@@ -256,6 +261,69 @@ def test_probe_states_counts_a_split_by_episode() -> None:
     assert direction["l2"] == 1.0 and 0.0 <= direction["accuracy"] <= 1.0
 
 
+def test_returns_are_each_episodes_discounted_reward_by_hand() -> None:
+    config = _config(3)
+    records, _ = collect_bot_demos(config)
+    gamma = 0.9
+    returns = replay_returns(records, config.level, config.action_space, gamma=gamma)
+    for episode in sorted({record.episode for record in records}):
+        rows = sorted(
+            (i for i, record in enumerate(records) if record.episode == episode),
+            key=lambda i: records[i].step,
+        )
+        env = babyai_text.make(config.level, action_space=config.action_space)
+        env.reset(seed=records[rows[0]].seed)
+        for i in rows:
+            _, reward, *_ = env.step(records[i].action_index)
+        # The bot succeeds: one reward, 1 - 0.9 * steps / max_steps, at its last step.
+        assert reward == pytest.approx(1 - 0.9 * len(rows) / env.unwrapped.max_steps)
+        for step, i in enumerate(rows):
+            assert returns[i] == pytest.approx(gamma ** (len(rows) - 1 - step) * reward)
+    assert _collect(config).returns == replay_returns(records, config.level, config.action_space)
+    with pytest.raises(ProbeInputError, match="gamma"):
+        replay_returns(records, config.level, config.action_space, gamma=1.5)
+
+
+def test_ridge_regression_and_explained_variance_by_hand() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 3, generator=generator, dtype=torch.float64)
+    y = 2.0 * x[:, 0] - x[:, 2] + 0.5
+    probe = fit_ridge(x, y, 1e-9)  # next to no penalty: least squares, exact on a linear target
+    assert torch.allclose(probe.predict(x), y, atol=1e-6)
+    assert explained_variance(probe.predict(x), y) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(y, 7.0), y) == pytest.approx(0.0)  # no bias counted
+    assert r_squared(torch.full_like(y, float(y.mean())), y) == pytest.approx(0.0)
+    shifted = float(y.mean()) + float(y.std(unbiased=False))  # one std off: R^2 = 1 - 1 - 1
+    assert r_squared(torch.full_like(y, shifted), y) == pytest.approx(-1.0)
+    # The closed form against the penalised normal equations solved by hand.
+    z = (x - x.mean(0)) / x.std(0, unbiased=False)
+    l2 = 0.3
+    expected = torch.linalg.solve(
+        z.T @ z / 200 + l2 * torch.eye(3, dtype=torch.float64), z.T @ (y - y.mean()) / 200
+    )
+    assert torch.allclose(fit_ridge(x, y, l2).weight, expected)
+    # Each key's mean return: a perfect guess where the return is a function of the key.
+    keys = torch.tensor([[0.0], [1.0], [0.0], [1.0]])
+    assert (
+        table_value(
+            keys, torch.tensor([1.0, 3.0, 1.0, 3.0]), keys, torch.tensor([1.0, 3.0, 1.0, 3.0])
+        )
+        == 1.0
+    )
+
+
+def test_the_value_probe_reads_returns_from_features_that_hold_them() -> None:
+    states = _collect(_config(8))
+    returns = torch.tensor(states.returns, dtype=torch.float64)
+    noise = torch.randn(len(states), 4, generator=torch.Generator().manual_seed(0))
+    holding = torch.cat([noise, returns[:, None]], 1)  # one dimension is the return itself
+    report = probe_states(states, {1: noise, 2: holding}, held_out=0.25, seed=0)
+    value = report["value"]
+    assert value["probes"]["layer_2"]["r2"] > 0.99
+    assert value["probes"]["layer_1"]["r2"] < 0.5
+    assert value["mean"] <= 0.0 and "validation_r2" in value["probes"]["layer_1"]
+
+
 # --------------------------------------------------------------------------------------------
 # The script
 # --------------------------------------------------------------------------------------------
@@ -287,6 +355,8 @@ def test_script_writes_its_table_and_json_and_replaces_only_its_own(tmp_path: Pa
     assert result["episodes"] == 8 and result["weights"] == "pretrained"
     assert result["command"].endswith(f"--out {out}")
     assert set(result["tasks"]["action"]["probes"]) == {"hand_made", "layer_0", "layer_2"}
+    assert "| value (ridge) |" in done.stdout
+    assert set(result["value"]["probes"]) == {"hand_made", "layer_0", "layer_2"}
 
     assert result["written_by"] == "scripts/probe_features.py"  # its own: a new probe replaces it
     # Another script's file only with --overwrite (tests/test_output_files.py: the rule).

@@ -23,6 +23,11 @@ The pipeline of `scripts/probe_features.py`, one function per stage:
    step of an episode seen in training). The L2 strength is picked on a validation split of the
    training episodes (`choose_l2`). Beside each layer: the majority class of the training split,
    and the same regression on the hand-made target features alone (`probe_task`).
+4. **Value.** A ridge regression (`fit_ridge`, `probe_value`) predicts the discounted return the
+   bot's episode got from each state (`replay_returns`, `GAMMA` = PPO's 0.99): what a critic of
+   the bot's policy must say, scored by R^2 on the held-out episodes (and PPO's explained
+   variance, which does not count a bias), beside the training mean (R^2 at most 0) and the
+   mean return of each hand-made key (`table_value`). It says whether the features a value head reads hold the value.
 
 The direction classes (`DIRECTIONS`) are what one observation can tell: the 7x7 view covers the
 agent's row and the six rows ahead, so a visible target is never behind; an unseen one is
@@ -61,23 +66,31 @@ from glam.scoring import appends_eos, model_kind, unwrap_model
 
 __all__ = [
     "DIRECTIONS",
+    "GAMMA",
     "L2_GRID",
     "TARGET_FEATURES",
     "LinearProbe",
     "ProbeInputError",
     "ProbeStates",
+    "RidgeProbe",
     "TargetFeatures",
     "check_layers",
     "check_level",
     "choose_l2",
+    "explained_variance",
     "feature_statistics",
     "fit_linear_probe",
+    "fit_ridge",
     "last_token_states",
     "majority_accuracy",
     "table_accuracy",
     "num_layers",
     "probe_states",
     "probe_task",
+    "probe_value",
+    "r_squared",
+    "replay_returns",
+    "table_value",
     "read_states",
     "replay_targets",
     "split_episodes",
@@ -90,6 +103,8 @@ DIRECTIONS: tuple[str, ...] = ("forward", "left", "right", "not visible")
 of the agent's column, or not in view (out of the 7x7 view or hidden behind a wall)."""
 TARGET_FEATURES: tuple[str, ...] = ("right", "forward", "visible")
 """The hand-made features of a state, in `TargetFeatures.vector` order."""
+GAMMA = 0.99
+"""The discount of the returns the value probe predicts: PPO's `ppo.gamma` default."""
 L2_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 """L2 strengths tried on the validation episodes (the penalty is `l2 * ||W||^2` beside the mean
 cross-entropy, on standardised features)."""
@@ -191,6 +206,9 @@ class ProbeStates:
     """The action space's words, in its order (the action classes)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """How the states were made (collection settings, or the dataset's folder and metadata)."""
+    returns: list[float] = field(default_factory=list)
+    """The discounted return the bot's episode got from each state on (`replay_returns`), what
+    a critic of the bot's policy predicts; empty where not computed."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -243,9 +261,11 @@ def states_from_records(
     action_space: str,
     language: str | None = None,
     settings: Mapping[str, Any] | None = None,
+    gamma: float = GAMMA,
 ) -> ProbeStates:
     """The states of the bot's decisions `records` (`glam.bc.bot.collect_bot_demos`), with
-    their targets found by replaying each episode (`replay_targets`).
+    their targets and their discounted returns (`gamma`) found by replaying each episode
+    (`replay_targets`, `replay_returns`).
 
     Raises:
         ProbeInputError: no records, or episodes the replay does not reproduce.
@@ -261,10 +281,11 @@ def states_from_records(
         level=level,
         action_words=list(env.action_words),
         settings=dict(settings or {}),
+        returns=replay_returns(records, level, action_space, language, gamma),
     )
 
 
-def read_states(path: str | Path) -> ProbeStates:
+def read_states(path: str | Path, gamma: float = GAMMA) -> ProbeStates:
     """The states of a demonstrations folder (`scripts/collect_bot_demos.py`), with their
     targets found by replaying each episode from its seed.
 
@@ -287,7 +308,7 @@ def read_states(path: str | Path) -> ProbeStates:
     check_level(level, space, language)
     records = [DemoRecord(**row) for row in rows]
     return states_from_records(
-        records, level, space, language, settings={"source": str(path), **metadata}
+        records, level, space, language, settings={"source": str(path), **metadata}, gamma=gamma
     )
 
 
@@ -329,6 +350,45 @@ def replay_targets(
             if position + 1 < len(indices):
                 obs, _, _, _, info = env.step(record.action_index)
     return targets  # type: ignore[return-value]  # every index was filled above
+
+
+def replay_returns(
+    records: Sequence[DemoRecord],
+    level: str,
+    action_space: str,
+    language: str | None = None,
+    gamma: float = GAMMA,
+) -> list[float]:
+    """The discounted return from each record's state, `sum_k gamma**k * r_(t+k)` over the
+    rest of its episode (the env's own rewards, found by replaying the episode from its seed
+    with the recorded actions, the last one included). Records keep their order; their steps
+    are checked by `replay_targets`.
+
+    Raises:
+        ProbeInputError: `gamma` outside [0, 1].
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ProbeInputError(f"gamma must be in [0, 1], got {gamma}")
+    env = _make_env(level, action_space, language)
+    by_episode: dict[int, list[int]] = defaultdict(list)
+    for index, record in enumerate(records):
+        by_episode[record.episode].append(index)
+    returns = [0.0] * len(records)
+    for indices in by_episode.values():
+        indices = sorted(indices, key=lambda i: records[i].step)
+        env.reset(seed=records[indices[0]].seed)
+        rewards = []
+        for index in indices:
+            _, reward, terminated, truncated, _ = env.step(records[index].action_index)
+            rewards.append(float(reward))
+            if terminated or truncated:
+                break
+        future = 0.0
+        for position in reversed(range(len(indices))):
+            reward = rewards[position] if position < len(rewards) else 0.0
+            future = reward + gamma * future
+            returns[indices[position]] = future
+    return returns
 
 
 # --------------------------------------------------------------------------------------------
@@ -655,6 +715,26 @@ def probe_states(
                 for name, tensor in feature_sets.items()
             },
         }
+    value = None
+    if states.returns:
+        returns = torch.tensor(states.returns, dtype=torch.float64)
+        value = {
+            "target": "the bot's discounted return from the state (ProbeStates.returns)",
+            "train_mean": float(returns[train].mean()),
+            "train_std": float(returns[train].std(unbiased=False)),
+            "mean": r_squared(
+                torch.full_like(returns[test], float(returns[train].mean())), returns[test]
+            ),
+            "hand_made_table": table_value(
+                table_keys[train], returns[train], table_keys[test], returns[test]
+            ),
+            "probes": {
+                name: probe_value(
+                    tensor, returns, episodes, train_ids, test_ids, l2=l2, grid=grid, seed=seed + 1
+                )
+                for name, tensor in feature_sets.items()
+            },
+        }
     return {
         "states": len(states),
         "episodes": len(set(states.episodes)),
@@ -664,10 +744,122 @@ def probe_states(
         "seed": seed,
         "hand_made_features": list(TARGET_FEATURES),
         "tasks": tasks,
+        "value": value,
         "feature_statistics": {
             f"layer_{layer}": feature_statistics(tensor) for layer, tensor in features.items()
         },
     }
+
+
+def explained_variance(predicted: Tensor, targets: Tensor) -> float:
+    """`1 - Var(targets - predicted) / Var(targets)`, PPO's `losses/explained_variance`: 1 for
+    a perfect guess, 0 for any constant one (a bias is not counted; NaN if the targets do not
+    vary)."""
+    variance = targets.double().var(unbiased=False)
+    if variance <= 0:
+        return float("nan")
+    return float(1 - (targets.double() - predicted.double()).var(unbiased=False) / variance)
+
+
+def r_squared(predicted: Tensor, targets: Tensor) -> float:
+    """`1 - sum((targets - predicted)**2) / sum((targets - mean(targets))**2)`: like
+    `explained_variance`, but a bias counts, so a constant guess other than the targets' own
+    mean scores below 0 (NaN if the targets do not vary)."""
+    y = targets.double()
+    total = (y - y.mean()).square().sum()
+    if total <= 0:
+        return float("nan")
+    return float(1 - (y - predicted.double()).square().sum() / total)
+
+
+@dataclass
+class RidgeProbe:
+    """A linear regression on standardised features, with an L2 penalty."""
+
+    mean: Tensor
+    scale: Tensor
+    weight: Tensor
+    """`(features,)`."""
+    bias: float
+
+    def predict(self, features: Tensor) -> Tensor:
+        return ((features.double() - self.mean) / self.scale) @ self.weight + self.bias
+
+
+def fit_ridge(features: Tensor, targets: Tensor, l2: float) -> RidgeProbe:
+    """Minimise `mean((standardise(x) @ w + b - y)**2) + l2 * ||w||**2` in closed form, in
+    float64 (`b` is the targets' mean and is not penalised)."""
+    if l2 <= 0:
+        raise ValueError(f"l2 must be > 0, got {l2}")
+    x = features.double()
+    mean = x.mean(0)
+    scale = x.std(0, unbiased=False)
+    scale = torch.where(scale > 1e-8, scale, torch.ones_like(scale))
+    x = (x - mean) / scale
+    y = targets.double()
+    bias = float(y.mean())
+    n = x.shape[0]
+    gram = x.T @ x / n + l2 * torch.eye(x.shape[1], dtype=torch.float64)
+    weight = torch.linalg.solve(gram, x.T @ (y - bias) / n)
+    return RidgeProbe(mean, scale, weight, bias)
+
+
+def probe_value(
+    features: Tensor,
+    returns: Tensor,
+    episodes: Tensor,
+    train_episodes: Sequence[int],
+    test_episodes: Sequence[int],
+    *,
+    l2: float | None = None,
+    grid: Sequence[float] = L2_GRID,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A ridge regression of the returns on the training episodes' states (with `l2`, or the
+    one of `grid` with the best R^2 on validation episodes drawn from them, the largest among
+    ties): its R^2 (`r_squared`) and explained variance on the test episodes' states."""
+    train = _state_mask(episodes, train_episodes)
+    test = _state_mask(episodes, test_episodes)
+    result: dict[str, Any] = {}
+    if l2 is None:
+        fit_ids, val_ids = split_episodes(train_episodes, 0.2, seed)
+        fit, val = _state_mask(episodes, fit_ids), _state_mask(episodes, val_ids)
+        scores = {
+            value: r_squared(
+                fit_ridge(features[fit], returns[fit], value).predict(features[val]),
+                returns[val],
+            )
+            for value in grid
+        }
+        best = max(scores.values())
+        l2 = max(value for value, score in scores.items() if score == best)
+        result["validation_r2"] = {f"{k:g}": v for k, v in scores.items()}
+    probe = fit_ridge(features[train], returns[train], l2)
+    predicted = probe.predict(features[test])
+    return {
+        "r2": r_squared(predicted, returns[test]),
+        "explained_variance": explained_variance(predicted, returns[test]),
+        "train_r2": r_squared(probe.predict(features[train]), returns[train]),
+        "l2": l2,
+        **result,
+    }
+
+
+def table_value(
+    keys: Tensor, train_returns: Tensor, test_keys: Tensor, test_returns: Tensor
+) -> float:
+    """R^2 (`r_squared`) on the test states of the best guess that reads only `keys` (the
+    hand-made features): each distinct key's mean training return, the overall mean for a key
+    no training state had."""
+    overall = float(train_returns.double().mean())
+    sums: dict[tuple[float, ...], list[float]] = defaultdict(list)
+    for key, value in zip(keys.tolist(), train_returns.tolist(), strict=True):
+        sums[tuple(key)].append(value)
+    predicted = [
+        sum(found) / len(found) if (found := sums.get(tuple(key))) else overall
+        for key in test_keys.tolist()
+    ]
+    return r_squared(torch.tensor(predicted, dtype=torch.float64), test_returns)
 
 
 def feature_statistics(features: Tensor, top: int = 5) -> dict[str, float]:
