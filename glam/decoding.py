@@ -17,6 +17,12 @@ The answer ends with its stop token (end-of-text, or a newline where the caller 
 part of the answer: the model chose to stop there, and that choice is trained like any other
 token. Tokens after it are padding, masked out of every sum.
 
+Constrained answers (`AnswerTrie`): where only some answers may be written (the action words),
+each step's distribution is `softmax(logits / T)` renormalised over the tokens that continue an
+allowed answer (the end of the answer only after a whole one), in the rollout and in the update
+alike (`allowed=` of both functions), so a sampled answer's log-probability is still the
+teacher-forced one, and every answer names an action.
+
 Keys and values across turns (`TurnCache`): an episode's next prompt usually starts with its last
 one (BALROG's dialogue only grows), so the cache keeps, per batch row (per env slot for the chat
 client of `glam.llm.local`), the tokens a forward read and their keys and values, and the next
@@ -41,6 +47,7 @@ from glam.scoring import TrunkCut
 from glam.trunk import run_from_layer
 
 __all__ = [
+    "AnswerTrie",
     "SampledAnswers",
     "TurnCache",
     "answer_spans",
@@ -56,8 +63,63 @@ _CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else 
 
 
 def token_entropy(logprobs: Tensor) -> Tensor:
-    """Entropy of each distribution `(..., vocab)` given as log-probabilities."""
-    return -(logprobs.exp() * logprobs).sum(-1)
+    """Entropy of each distribution `(..., vocab)` given as log-probabilities (tokens with
+    probability 0, log-probability -inf, add nothing)."""
+    probs = logprobs.exp()
+    return -torch.where(probs > 0, probs * logprobs, 0.0).sum(-1)
+
+
+class AnswerTrie:
+    """The answers a constrained writer may give, as token ids: each of `answers` (an action
+    word's tokenisations), then one of `stop_ids`. `mask(tokens)` says, for each row of answers
+    drawn so far, which tokens may come next.
+
+    An answer that is the prefix of another may stop or go on. Every path ends in a stop token,
+    so a writer that draws only allowed tokens writes a whole answer (given the room).
+    """
+
+    def __init__(self, answers: Sequence[Sequence[int]], stop_ids: Sequence[int]) -> None:
+        if not answers or any(len(answer) == 0 for answer in answers):
+            raise ValueError("a constrained writer needs at least one answer, none of them empty")
+        if not stop_ids:
+            raise ValueError("a constrained writer needs a token that ends an answer")
+        self.stop_ids = sorted({int(i) for i in stop_ids})
+        self.next: dict[tuple[int, ...], set[int]] = {}
+        """Prefix -> the tokens that may follow it."""
+        for answer in answers:
+            ids = tuple(int(i) for i in answer)
+            for end in range(len(ids)):
+                self.next.setdefault(ids[:end], set()).add(ids[end])
+            self.next.setdefault(ids, set()).update(self.stop_ids)
+        self.longest = max(len(answer) for answer in answers) + 1
+        """Tokens of the longest answer with its stop token: the room a writer needs."""
+
+    def allowed(self, prefix: Sequence[int]) -> list[int]:
+        """The tokens that may follow `prefix` (none after a stop token or outside the trie)."""
+        return sorted(self.next.get(tuple(int(i) for i in prefix), ()))
+
+    def mask(self, tokens: Tensor, vocab: int) -> Tensor:
+        """`(B, vocab)` bool: the tokens allowed after each row of `tokens` `(B, t)`."""
+        mask = torch.zeros((tokens.shape[0], vocab), dtype=torch.bool)
+        for row, prefix in enumerate(tokens.tolist()):
+            mask[row, self.allowed(prefix)] = True
+        return mask
+
+    def teacher_mask(self, answers: Tensor, vocab: int) -> Tensor:
+        """`(B, T, vocab)` bool: at each position of `answers` `(B, T)`, the tokens allowed after
+        the ones before it (what `mask` said when each token was drawn)."""
+        return torch.stack(
+            [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
+        )
+
+
+def _constrained(logits: Tensor, allowed: Tensor | None) -> Tensor:
+    """`logits` with the tokens `allowed` (same shape, bool) does not allow at -inf; a row that
+    allows nothing (an answer already ended) is left as it is (its tokens are padding)."""
+    if allowed is None:
+        return logits
+    allowed = allowed.to(logits.device)
+    return logits.masked_fill(~allowed & allowed.any(-1, keepdim=True), float("-inf"))
 
 
 @dataclass
@@ -221,6 +283,7 @@ def sample_answers(
     cache_rows: Sequence[int] | None = None,
     keep_going: Callable[[bool], bool] | None = None,
     greedy: bool = False,
+    allowed: AnswerTrie | None = None,
 ) -> SampledAnswers:
     """Draw one answer after each prompt (token ids `(n_i,)`, special tokens included).
 
@@ -231,7 +294,8 @@ def sample_answers(
     a row is still writing); a data-parallel caller makes it collective, so
     that every process runs the same number of forwards (ZeRO-3 gathers weights in each).
     `greedy` takes the likeliest token instead of drawing one (the log-probabilities stay the
-    tempered distribution's).
+    tempered distribution's). With `allowed`, only the tokens of its answers are drawn, from the
+    distribution renormalised over them (the module docstring).
     """
     device = next(model.parameters()).device
     batch = len(prompts)
@@ -268,7 +332,10 @@ def sample_answers(
     stop = stop.to(device)
     fed = 0  # answer columns whose keys are in the cache
     for step in range(max_new_tokens):
-        step_logprobs = (outputs.logits[:, -1].float() / temperature).log_softmax(-1)
+        logits = outputs.logits[:, -1].float()
+        if allowed is not None:
+            logits = _constrained(logits, allowed.mask(tokens[:, :step], logits.shape[-1]))
+        step_logprobs = (logits / temperature).log_softmax(-1)
         if greedy:
             drawn = step_logprobs.argmax(-1)
         else:
@@ -366,13 +433,16 @@ def score_answers(
     pad_id: int,
     cut: TrunkCut | None = None,
     trunk: Sequence[Tensor] | None = None,
+    allowed: AnswerTrie | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher-forced log-probabilities of `answers` `(B, T)` (their first `lengths` tokens)
     after `prompts`, under `softmax(logits / temperature)`, in one forward.
 
     Given `trunk` (each row's states entering layer `cut.first`, at `answer_spans`'s columns)
     and its `cut`, the forward runs only the layers from `cut.first` up, from those states
-    (`glam.trunk.run_from_layer`).
+    (`glam.trunk.run_from_layer`). With `allowed`, each token's distribution is the one
+    `sample_answers` drew it from with the same `allowed`: renormalised over the tokens allowed
+    after the answer's earlier tokens.
 
     Returns:
         `(logprobs, entropy, prompt_hidden)`: `(B, T)` per answer token (0 after its end), and
@@ -402,9 +472,13 @@ def score_answers(
             logits_to_keep=steps + 1,
         )
     # Column width - 1 (each prompt's last token) predicts the first answer token.
-    step_logprobs = (outputs.logits[:, :steps].float() / temperature).log_softmax(-1)
-    chosen = step_logprobs.gather(2, answers.to(device)[:, :, None])[:, :, 0]
+    logits = outputs.logits[:, :steps].float()
     keep = mask[:, width:].to(device).bool()
+    if allowed is not None:
+        masks = allowed.teacher_mask(answers.masked_fill(~keep.cpu(), 0), logits.shape[-1])
+        logits = _constrained(logits, masks & keep.cpu()[:, :, None])
+    step_logprobs = (logits / temperature).log_softmax(-1)
+    chosen = step_logprobs.gather(2, answers.to(device)[:, :, None])[:, :, 0]
     logprobs = torch.where(keep, chosen, 0.0)
     entropy = torch.where(keep, token_entropy(step_logprobs), 0.0)
     return logprobs, entropy, outputs.hidden_states[-1][:, width - 1]

@@ -14,6 +14,8 @@ lists them in is free), which tells a position bias from a bias against an actio
     # a written run's policy and its base
     python scripts/probe_answers.py --checkpoint runs/written/ppo/seed-1 \
         --out runs/probe_answers_ppo_seed1.json
+    # the same with the answers constrained to the action words (generate.constrain=actions)
+    python scripts/probe_answers.py --constrain actions --out runs/probe_answers_constrained.json
     # seconds, the tiny random model (mechanics only)
     python scripts/probe_answers.py --model tiny-random-llama --envs 2 --samples 4
 """
@@ -62,6 +64,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--samples", type=positive_int, default=64, help="answers per prompt")
     parser.add_argument("--max-new-tokens", type=positive_int, default=3)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--constrain",
+        default="none",
+        choices=["none", "actions"],
+        help="generate.constrain: `actions` writes only action words",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     add_output_file_options(parser)
@@ -78,12 +86,17 @@ def parse_args() -> argparse.Namespace:
 
 def load(args: argparse.Namespace, words: list[str]) -> WritingActorCritic:
     """The embedded (or named) model zero-shot, or the checkpoint's policy."""
-    generation = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    generation = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        constrain=args.constrain,
+    )
     try:
         if args.checkpoint is not None:
             folder = policy_dir(args.checkpoint)  # a checkpoint is data: no model code runs
             policy = WritingActorCritic.from_pretrained(folder, trust_remote_code=False)
             policy.generation = replace(policy.generation, **vars(generation))
+            policy.answer_trie()  # room for the longest action, where constrained
         else:
             model_cfg = ModelConfig(
                 name_or_path=args.model, lora=AdapterConfig(enabled=False), autocast_bf16=False

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 
 ANSWER_FORMATS: tuple[str, ...] = ("action", "think")
+CONSTRAINTS: tuple[str, ...] = ("none", "actions")
+"""`none`: any token may be written; `actions`: only the tokens that continue an action word,
+and the end of the answer only after a whole one (`glam.decoding.AnswerTrie`)."""
 """`action`: the answer is the action, exactly (after normalisation); `think`: free reasoning
 ending in "ACTION: <action>" (BALROG's chain-of-thought agent)."""
 
@@ -39,6 +42,13 @@ class GenerationConfig:
     """`action`: the answer, lower-cased, spaces collapsed and surrounding punctuation stripped,
     must be one of the action words; `think`: the text after the answer's last "ACTION:" must
     be (BALROG's cot reading; needs `policy.prompt_format=chat` or `balrog`)."""
+    constrain: str = "none"
+    """`actions`: the answer is drawn only from tokens that continue an action word (its own
+    tokens, with or without a leading space), and ends (end-of-text, or a token holding only
+    a newline) only after a whole one: every answer is valid, and an action the free model
+    never writes gets drawn. The action's log-probability is that of the constrained
+    distribution (renormalised at each token), in the rollout and in the update. `none`:
+    free writing."""
     invalid_action: str = "noop"
     """What an invalid answer plays: `noop` (minigrid's `done`, which does nothing in BabyAI;
     the step and its time pass) or an action word (BALROG plays `go forward`)."""
@@ -68,6 +78,13 @@ class GenerationConfig:
         check_positive("generate.temperature", self.temperature)
         check_positive("generate.max_history", self.max_history)
         check_choice("generate.answer", self.answer, ANSWER_FORMATS)
+        check_choice("generate.constrain", self.constrain, CONSTRAINTS)
+        if self.constrain == "actions" and self.answer == "think":
+            raise ValueError(
+                "generate.constrain=actions constrains the whole answer to an action word; a "
+                "`think` answer reasons freely before its ACTION: part, and constraining only "
+                "that part is not implemented: use generate.answer=action"
+            )
         if not self.invalid_action:
             raise ValueError("generate.invalid_action is empty: give `noop` or an action word")
         if self.invalid_penalty < 0:

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from glam.config import EnvConfig, ModelConfig, PolicyConfig
-from glam.decoding import TurnCache, answer_spans, sample_answers, score_answers
+from glam.decoding import AnswerTrie, TurnCache, answer_spans, sample_answers, score_answers
 from glam.models.loading import load_model
 from glam.policy.balrog import last_action
 from glam.policy.files import CONFIG_FILE, CheckpointError, env_record
@@ -361,6 +361,8 @@ class WritingActorCritic(LLMActorCritic):
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self._stop: Tensor | None = None
+        self._trie: tuple[GenerationConfig, AnswerTrie] | None = None
+        """The answer trie and the generation settings it was built for."""
         self._adds_eos: bool | None = None
 
     # ----------------------------------------------------------------------------------------
@@ -388,7 +390,9 @@ class WritingActorCritic(LLMActorCritic):
                 checkpoint, trust_remote_code=trust_remote_code, training_env=training_env
             )
             policy.generation = generation
+            policy._stop, policy._trie = None, None
             policy.set_algorithm(value=value, reference=reference)
+            policy.answer_trie()  # a constraint the answers have no room for fails here
             return policy
         model, tokenizer = load_model(
             model_cfg.name_or_path,
@@ -400,6 +404,7 @@ class WritingActorCritic(LLMActorCritic):
         policy.generation = generation
         policy.set_algorithm(value=value, reference=reference)
         policy.training_env = env_record(training_env)
+        policy.answer_trie()  # a constraint the answers have no room for fails here
         return policy
 
     def set_algorithm(self, *, value: bool, reference: bool) -> None:
@@ -464,6 +469,7 @@ class WritingActorCritic(LLMActorCritic):
                 cache=self.turn_cache if cfg.kv_cache else None,
                 keep_going=_keep_going,
                 greedy=greedy,
+                allowed=self.answer_trie(),
             )
         invalid = len(self.action_words)
         texts = [
@@ -515,6 +521,7 @@ class WritingActorCritic(LLMActorCritic):
                 pad_id=self.pad_id,
                 cut=cut,
                 trunk=None if trunk is None else [states.hidden for states in trunk],
+                allowed=self.answer_trie(),
             )
         kept_trunk = None
         if kept:  # the update's first pass: keep the trunk for the passes after it
@@ -546,6 +553,7 @@ class WritingActorCritic(LLMActorCritic):
                 lengths,
                 temperature=self.generation.temperature,
                 pad_id=self.pad_id,
+                allowed=self.answer_trie(),
             )
         return logprobs.float().cpu()
 
@@ -590,6 +598,38 @@ class WritingActorCritic(LLMActorCritic):
             self._stop = stop
         return self._stop
 
+    def answer_trie(self) -> AnswerTrie | None:
+        """With `generate.constrain=actions`, the answers that may be written: each action word's
+        tokens, alone or after a space, then an end-of-text token or a token holding only a
+        newline (one of `stop_tokens`). None: free writing.
+
+        Raises:
+            ValueError: `generate.max_new_tokens` leaves no room for the longest answer.
+        """
+        if self.generation.constrain != "actions":
+            return None
+        if self._trie is None or self._trie[0] != self.generation:
+            self._stop = None  # the stop tokens follow `generate.answer` too
+            encode = self.tokenizer
+            answers = [
+                encode(text, add_special_tokens=False)["input_ids"]
+                for word in self.action_words
+                for text in (word, f" {word}")
+            ]
+            stop = torch.nonzero(self.stop_tokens()).flatten().tolist()
+            ends = [
+                i for i in stop if not self.tokenizer.decode([i], skip_special_tokens=True).strip()
+            ]
+            trie = AnswerTrie(answers, ends)
+            if trie.longest > self.generation.max_new_tokens:
+                raise ValueError(
+                    f"generate.constrain=actions: the longest action with its end takes "
+                    f"{trie.longest} tokens, more than generate.max_new_tokens="
+                    f"{self.generation.max_new_tokens}"
+                )
+            self._trie = (self.generation, trie)
+        return self._trie[1]
+
     def trunk_cache_problem(self) -> str | None:
         """As the scoring policy's: the trunk of a prompt and its answer is a fixed function of
         their tokens once LoRA adapts only the top layers (the writer is decoder-only)."""
@@ -628,7 +668,7 @@ class WritingActorCritic(LLMActorCritic):
             raise CheckpointError(
                 f"{Path(path) / CONFIG_FILE}: malformed generation: {error}"
             ) from None
-        policy._stop = None
+        policy._stop, policy._trie = None, None
         return policy  # type: ignore[return-value]
 
 

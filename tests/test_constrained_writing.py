@@ -1,0 +1,166 @@
+"""Constrained written actions (`generate.constrain=actions`, `glam.decoding.AnswerTrie`): every
+answer is an action word, the log-probability of a sampled answer is the constrained
+distribution's (renormalised over the allowed tokens at each step) computed by brute force, the
+same in the rollout and in the update, and a writer at temperature 1 draws every action.
+
+.venv/bin/python -m pytest tests/test_constrained_writing.py
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers_tiny import one_torch_thread, tiny_causal_lm  # noqa: F401 (fixture)
+
+from glam.config import AdapterConfig, ModelConfig, PolicyConfig
+from glam.decoding import AnswerTrie, sample_answers, score_answers
+from glam.policy.generation_config import GenerationConfig
+from glam.policy.writer import WritingActorCritic, read_answer
+
+NAV = ["turn left", "turn right", "go forward"]
+PROMPT = (
+    "Possible action of the agent: turn left, turn right, go forward\n"
+    "Goal of the agent: go to the red ball\nObservation 0: You see a red ball 2 steps forward,\n"
+    "Action 0:"
+)
+
+
+def test_the_trie_allows_continuations_and_the_end_only_after_a_whole_answer() -> None:
+    trie = AnswerTrie([[5, 6], [5, 6, 7], [8]], stop_ids=[0])
+    assert trie.allowed([]) == [5, 8]
+    assert trie.allowed([5]) == [6]
+    assert trie.allowed([5, 6]) == [0, 7]  # a whole answer that another one goes on from
+    assert trie.allowed([8]) == [0]
+    assert trie.allowed([8, 0]) == [] and trie.allowed([9]) == []
+    assert trie.longest == 4
+    mask = trie.mask(torch.tensor([[5, 6], [8, 0]]), vocab=10)
+    assert mask[0].nonzero().flatten().tolist() == [0, 7] and not mask[1].any()
+    teacher = trie.teacher_mask(torch.tensor([[5, 6, 0]]), vocab=10)
+    assert [row.nonzero().flatten().tolist() for row in teacher[0]] == [[5, 8], [6], [0, 7]]
+    with pytest.raises(ValueError, match="at least one answer"):
+        AnswerTrie([[]], stop_ids=[0])
+
+
+def _brute_force_logprob(
+    model, prompt: torch.Tensor, answer: list[int], trie: AnswerTrie, temperature: float
+) -> float:
+    """Each token by its own forward of prompt + the answer so far, the softmax over the tokens
+    the trie allows there."""
+    total = 0.0
+    for step, token in enumerate(answer):
+        ids = torch.cat([prompt, torch.tensor(answer[:step], dtype=torch.long)])[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -1].double() / temperature
+        allowed = trie.allowed(answer[:step])
+        total += float(logits[token] - torch.logsumexp(logits[allowed], 0))
+    return total
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_constrained_answers_and_their_log_probs_against_brute_force(
+    arch: str,
+    one_torch_thread,  # noqa: F811
+) -> None:
+    model, tokenizer = tiny_causal_lm(arch)
+    words = [tokenizer(f" {word}", add_special_tokens=False)["input_ids"] for word in NAV]
+    trie = AnswerTrie(words, stop_ids=[tokenizer.eos_token_id])
+    stop = torch.zeros(len(tokenizer), dtype=torch.bool)
+    stop[tokenizer.eos_token_id] = True
+    prompts = [torch.tensor(tokenizer(PROMPT)["input_ids"])] * 6 + [
+        torch.tensor(tokenizer("You see")["input_ids"])
+    ]
+    torch.manual_seed(0)
+    sampled = sample_answers(
+        model,
+        prompts,
+        max_new_tokens=trie.longest,
+        temperature=0.8,
+        stop=stop,
+        pad_id=0,
+        allowed=trie,
+    )
+    assert sampled.stopped.all()
+    for row, prompt in enumerate(prompts):
+        answer = sampled.tokens[row, : int(sampled.lengths[row])].tolist()
+        assert answer[:-1] in words and answer[-1] == tokenizer.eos_token_id
+        expected = _brute_force_logprob(model, prompt, answer, trie, 0.8)
+        assert float(sampled.logprobs[row].sum()) == pytest.approx(expected, abs=1e-4)
+    scored, entropy, _ = score_answers(
+        model, prompts, sampled.tokens, sampled.lengths, temperature=0.8, pad_id=0, allowed=trie
+    )
+    torch.testing.assert_close(scored, sampled.logprobs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy, sampled.entropy, rtol=1e-5, atol=1e-5)
+    # A forced token (the only one allowed) has probability 1 and entropy 0.
+    forced = [
+        s
+        for s in range(sampled.tokens.shape[1])
+        if len(trie.allowed(sampled.tokens[0, :s].tolist())) == 1 and s < int(sampled.lengths[0])
+    ]
+    for step in forced:
+        assert float(sampled.logprobs[0, step]) == pytest.approx(0.0, abs=1e-6)
+        assert float(sampled.entropy[0, step]) == pytest.approx(0.0, abs=1e-6)
+    # Unconstrained, the same tokens score lower: the free distribution spreads over the vocab.
+    free, _, _ = score_answers(
+        model, prompts, sampled.tokens, sampled.lengths, temperature=0.8, pad_id=0
+    )
+    assert (free.sum(1) < scored.sum(1)).all()
+
+
+def _writer(**generation: object) -> WritingActorCritic:
+    model, tokenizer = tiny_causal_lm()
+    model_cfg = ModelConfig(
+        name_or_path="tiny", lora=AdapterConfig(enabled=True), autocast_bf16=False
+    )
+    policy = WritingActorCritic.from_model(
+        model,
+        tokenizer,
+        model_cfg,
+        PolicyConfig(value_hidden_sizes=[16], value_activation="tanh"),
+        NAV,
+    )
+    policy.generation = GenerationConfig(**{"max_new_tokens": 6, **generation})
+    return policy
+
+
+def test_a_constrained_writer_writes_every_action_and_only_actions(one_torch_thread) -> None:  # noqa: F811
+    policy = _writer(constrain="actions").eval()
+    torch.manual_seed(0)
+    written = policy([PROMPT] * 64)
+    answers = written.answers
+    assert answers.valid.all()  # never the invalid index
+    counts = torch.bincount(answers.actions, minlength=3).tolist()
+    assert all(count > 0 for count in counts), counts
+    assert [read_answer(text, NAV) for text in answers.texts] == answers.actions.tolist()
+    # The update scores the rollout's answers as they were drawn: PPO's first ratio is 1.
+    policy.train()
+    scored = policy([PROMPT] * 64, answers)
+    torch.testing.assert_close(
+        scored.dist.log_prob(answers.actions),
+        written.dist.log_prob(answers.actions),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    # The three actions' probabilities (each over its two spellings) sum to 1 at most.
+    assert float(written.dist.log_prob(answers.actions).exp().max()) <= 1.0 + 1e-6
+
+
+def test_the_free_tiny_writer_writes_invalid_answers_where_the_constrained_one_does_not(
+    one_torch_thread,  # noqa: F811
+) -> None:
+    free = _writer().eval()
+    torch.manual_seed(0)
+    assert not free([PROMPT] * 32).answers.valid.all()  # a random model rarely writes an action
+
+
+def test_constraints_that_cannot_hold_are_refused() -> None:
+    with pytest.raises(ValueError, match="not implemented: use generate.answer=action"):
+        GenerationConfig(constrain="actions", answer="think")
+    with pytest.raises(ValueError, match="generate.constrain"):
+        GenerationConfig(constrain="words")
+    policy = _writer(constrain="actions", max_new_tokens=1)
+    with pytest.raises(ValueError, match="more than generate.max_new_tokens=1"):
+        policy.answer_trie()
+    assert _writer().answer_trie() is None
+    assert math.isfinite(_writer(constrain="actions").answer_trie().longest)
