@@ -66,7 +66,9 @@ def token_entropy(logprobs: Tensor) -> Tensor:
     """Entropy of each distribution `(..., vocab)` given as log-probabilities (tokens with
     probability 0, log-probability -inf, add nothing)."""
     probs = logprobs.exp()
-    return -torch.where(probs > 0, probs * logprobs, 0.0).sum(-1)
+    # -inf replaced before the product: a where() around `probs * logprobs` would still send
+    # its gradient, 0 * -inf, through the masked entries as NaN.
+    return -(probs * torch.where(probs > 0, logprobs, 0.0)).sum(-1)
 
 
 class AnswerTrie:

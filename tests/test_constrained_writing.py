@@ -164,3 +164,20 @@ def test_constraints_that_cannot_hold_are_refused() -> None:
         policy.answer_trie()
     assert _writer().answer_trie() is None
     assert math.isfinite(_writer(constrain="actions").answer_trie().longest)
+
+
+def test_the_constrained_loss_has_finite_gradients(one_torch_thread) -> None:  # noqa: F811
+    """The tokens the constraint excludes have log-probability -inf: neither the answer's
+    log-probability nor its entropy (PPO's bonus) may send NaN back through them."""
+    model, tokenizer = tiny_causal_lm()
+    words = [tokenizer(f" {word}", add_special_tokens=False)["input_ids"] for word in NAV]
+    trie = AnswerTrie(words, stop_ids=[tokenizer.eos_token_id])
+    prompts = [torch.tensor(tokenizer(PROMPT)["input_ids"])] * 2
+    answers = torch.tensor([words[2] + [tokenizer.eos_token_id], words[0] + [0]])
+    lengths = torch.tensor([len(words[2]) + 1, len(words[0])])
+    logprobs, entropy, _ = score_answers(
+        model, prompts, answers, lengths, temperature=1.0, pad_id=0, allowed=trie
+    )
+    (logprobs.sum() - 0.01 * entropy.sum()).backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
