@@ -22,9 +22,9 @@ from glam.baselines.loading import load_policy, policy_kind
 from glam.baselines.symbolic import FiLM, SymbolicActorCritic
 from glam.config import EnvConfig, ModelConfig, PolicyConfig
 from glam.eval.agents import ActRequest, SymbolicAgent, grid_observation
-from glam.eval.builders import build_agent
-from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
-from glam.eval.harness import evaluate
+from glam.eval.builders import build_agent, trained_level
+from glam.eval.config import DEFAULT_LEVEL, AgentConfig, EvalConfig, PostTrainingTestsConfig
+from glam.eval.harness import evaluate, resolve_level
 from glam.eval.suites import SUITES, plan_suite
 from glam.models.loading import load_model
 from glam.policy.llm_policy import CheckpointError, LLMActorCritic
@@ -334,6 +334,10 @@ def test_a_run_of_a_symbolic_policy_is_evaluated_like_an_llm_run(tmp_path: Path)
     assert ran == {"no_change", "new_composition"}
     assert all(records[name]["episodes"] == 3 for name in ran)
     assert records["new_composition"]["level"] == "BabyAI-PickUpSeqPickUpLocal-v0"
+    # eval.level left null: the level the checkpoint was trained on, from its record
+    assert cfg.eval.level == TRAINED_ENV.name == records["no_change"]["level"]
+    assert trained_level(AgentConfig(kind="checkpoint", path=str(run_dir))) == TRAINED_ENV.name
+    assert trained_level(AgentConfig(kind="random")) is None
     for name in set(suites) - ran:
         assert "reads the grid, not the prompt" in records[name]["reason"]
     assert len(paths["episodes"].read_text().splitlines()) == 6
@@ -359,3 +363,17 @@ def test_the_script_exits_2_naming_the_damaged_file(policy_folder: Path, tmp_pat
     assert failed.returncode == 2, failed.stderr
     assert f"error: {damaged / 'model.safetensors'}: file is missing" in failed.stderr
     assert not (tmp_path / "eval" / "results.json").exists()
+
+
+def test_a_null_eval_level_is_the_checkpoints_training_level(tmp_path: Path, capsys) -> None:
+    policy = _policy()
+    policy.training_env = asdict(EnvConfig(name="BabyAI-GoToRedBall-v0", action_space="nav"))
+    folder = policy.save_pretrained(tmp_path / "policy")
+    checkpoint = AgentConfig(kind="checkpoint", path=str(folder))
+    cfg = PostTrainingTestsConfig(agent=checkpoint, eval=EvalConfig())
+    assert resolve_level(cfg) == cfg.eval.level == "BabyAI-GoToRedBall-v0"
+    assert "the checkpoint's training level" in capsys.readouterr().out
+    given = PostTrainingTestsConfig(agent=checkpoint, eval=EvalConfig(level="BabyAI-GoToLocal-v0"))
+    assert resolve_level(given) == "BabyAI-GoToLocal-v0"  # a level the user gives is kept
+    other = PostTrainingTestsConfig(agent=AgentConfig(kind="random"), eval=EvalConfig())
+    assert resolve_level(other) == DEFAULT_LEVEL == "BabyAI-MixedTrainLocal-v0"

@@ -393,6 +393,24 @@ TRAINING_ENV_KEYS = ("name", "nbr_obs", "action_space", "language")
 """Env settings compared between a policy's own record and its run's `config.yaml`."""
 
 
+def trained_level(cfg: AgentConfig) -> str | None:
+    """The level `agent.kind=checkpoint`'s policy was trained on, read from its record (its
+    `glam_policy.json`, else its run's `config.yaml`) without loading it; None for other
+    agents or a policy that records none.
+
+    Raises:
+        FileNotFoundError: `agent.path` holds no saved policy.
+    """
+    if cfg.kind != "checkpoint":
+        return None
+    folder = _policy_folder(cfg)
+    recorded = (read_policy_config(folder).get("env") or {}).get("name")
+    run_config = folder.parent / "config.yaml"
+    if recorded is None and run_config.is_file():
+        recorded = (OmegaConf.load(run_config).get("env") or {}).get("name")
+    return recorded
+
+
 def _training_env(
     policy_folder: Path, recorded: Mapping[str, Any] | None
 ) -> tuple[int | None, str | None]:

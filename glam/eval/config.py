@@ -57,6 +57,9 @@ MEDIATOR_MODES: tuple[str, ...] = ("always", "skill_end", "random")
 SEEDS_PER_RUN = 10**6
 """Seeds reserved per `eval.seed`; also the most episodes one suite can play."""
 DEFAULT_NBR_OBS = 3
+DEFAULT_LEVEL = "BabyAI-MixedTrainLocal-v0"
+"""The level played where `eval.level` is null and the agent records none (GLAM's training
+mix)."""
 """Observations per prompt when neither the config nor the agent says (GLAM's)."""
 
 
@@ -225,8 +228,10 @@ class GenerationConfig:
 class EvalConfig:
     """What is played: level, suites, episodes and seeds, and where the results go."""
 
-    level: str = "BabyAI-MixedTrainLocal-v0"
-    """Level of every suite that does not bring its own (any BabyAI id)."""
+    level: str | None = None
+    """Level of every suite that does not bring its own (any BabyAI id); None: the level a
+    checkpoint's policy was trained on (`agent.kind=checkpoint`, from its record), else
+    `DEFAULT_LEVEL` (MixedTrainLocal). The evaluation says which it played."""
     suites: list[str] = field(default_factory=lambda: ["no_change"])
     """Suites to run, by name (see `glam.eval.suites.SUITES`)."""
     episodes: int = 1000

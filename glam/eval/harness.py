@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import babyai_text
 from glam.eval.agents import Agent
-from glam.eval.builders import build_agent
-from glam.eval.config import DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
+from glam.eval.builders import build_agent, trained_level
+from glam.eval.config import DEFAULT_LEVEL, DEFAULT_NBR_OBS, RESULT_FILES, PostTrainingTestsConfig
 from glam.eval.episodes import SuiteRun, plan_for, prompt_format_of, run_suite, task_families
 from glam.eval.generation import GenerationAgent
 from glam.eval.journal import JOURNAL, Journal, SuiteProgress, journal_settings
@@ -104,6 +104,17 @@ def _episodes_of(plan: SuitePlan, cfg: PostTrainingTestsConfig) -> int:
     return per_type * max(1, len(task_families(babyai_text.make(plan.level))))
 
 
+def resolve_level(cfg: PostTrainingTestsConfig) -> str:
+    """Set a null `eval.level` to the level a checkpoint was trained on (its record), else to
+    `DEFAULT_LEVEL`, saying which; return it. A given level is kept."""
+    if cfg.eval.level is None:
+        trained = trained_level(cfg.agent)
+        cfg.eval.level = trained or DEFAULT_LEVEL
+        why = "the checkpoint's training level" if trained else "the default"
+        print(f"[eval] eval.level=null: playing {cfg.eval.level} ({why})", flush=True)
+    return cfg.eval.level
+
+
 def _check_levels(cfg: PostTrainingTestsConfig) -> None:
     """Fail before loading any model when a level id is unknown, or cannot take
     `eval.distractors`."""
@@ -154,6 +165,7 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
         overwrite_key="eval.overwrite",
     )
     get_suites(cfg.eval.suites)  # unknown suite names fail here, before anything is loaded
+    resolve_level(cfg)
     _check_levels(cfg)
     journal = Journal.open(
         cfg.eval.output_dir, journal_settings(cfg.agent, cfg.eval), resume=cfg.eval.resume
