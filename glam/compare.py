@@ -8,7 +8,10 @@ default `train.label` of their `config.yaml` (empty: the preset named by `--conf
   the episodes that ended during that update's rollout (blank when none did). The smoothed
   success after update u is the success rate of all the episodes that ended in updates
   u - N + 1 .. u (a trailing window of N updates, each update weighted by its episodes, so an
-  update in which one episode ended counts for one episode); the smoothed return likewise.
+  update in which one episode ended counts for one episode); the smoothed return likewise. A
+  window given in frames (`FrameWindow`) is, for each run, the number of its updates that hold
+  about that many frames: runs whose updates differ in size are smoothed over the same
+  experience.
   With `min_episodes`, a window holding fewer episodes gives no value: at the start of a run only
   episodes that succeeded quickly have ended (a time-out takes the level's whole step limit),
   so the first few ended episodes overstate the policy's success.
@@ -77,9 +80,11 @@ __all__ = [
     "Band",
     "ComparisonError",
     "FinalRow",
+    "FrameWindow",
     "Outcome",
     "Run",
     "ThresholdRow",
+    "Window",
     "band_over_seeds",
     "baseline_rows",
     "check_distinct_seeds",
@@ -104,6 +109,8 @@ __all__ = [
     "t_quantile",
     "threshold_rows",
     "tidy_curves",
+    "window_text",
+    "window_updates",
     "write_comparison",
 ]
 
@@ -169,6 +176,43 @@ class Run:
     def seconds_per_update(self) -> float:
         """The trainer's wall clock per logged update (NaN without a clock)."""
         return self.wall_seconds / len(self.frames)
+
+
+@dataclass(frozen=True)
+class FrameWindow:
+    """A smoothing window of about `frames` frames: for each run, the number of its updates
+    that hold that many frames (its median frames per update; at least 1). Agents whose updates
+    differ in size (the language model's 256 frames, symbolic PPO's 2,048) are then smoothed over
+    the same stretch of experience, where a window of N updates would not be."""
+
+    frames: int
+
+    def __post_init__(self) -> None:
+        if self.frames < 1:
+            raise ValueError(f"the smoothing window must be >= 1 frame, got {self.frames}")
+
+    def updates(self, run: Run) -> int:
+        """The window in `run`'s updates."""
+        steps = np.diff(np.concatenate([[0.0], np.asarray(run.frames, float)]))
+        per_update = float(np.median(steps)) if len(steps) else float(self.frames)
+        return max(1, round(self.frames / max(per_update, 1.0)))
+
+    def __str__(self) -> str:
+        return f"{self.frames:,} frames"
+
+
+Window = int | FrameWindow
+"""A smoothing window: a number of updates, or about a number of frames (`FrameWindow`)."""
+
+
+def window_updates(window: Window, run: Run) -> int:
+    """The window in `run`'s updates."""
+    return window.updates(run) if isinstance(window, FrameWindow) else int(window)
+
+
+def window_text(window: Window) -> str:
+    """`10 update(s)` or `10,240 frames`, for the reports."""
+    return str(window) if isinstance(window, FrameWindow) else f"{window} update(s)"
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:
@@ -447,15 +491,16 @@ def group_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
 
 
 def _smoothed_on_grid(
-    run: Run, grid: np.ndarray, window: int, min_episodes: int = 1
+    run: Run, grid: np.ndarray, window: Window, min_episodes: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    success = interpolate(run.frames, smooth(run.success, run.episodes, window, min_episodes), grid)
-    returns = interpolate(run.frames, smooth(run.returns, run.episodes, window, min_episodes), grid)
+    size = window_updates(window, run)
+    success = interpolate(run.frames, smooth(run.success, run.episodes, size, min_episodes), grid)
+    returns = interpolate(run.frames, smooth(run.returns, run.episodes, size, min_episodes), grid)
     return success, returns
 
 
 def group_bands(
-    runs: Sequence[Run], grid: np.ndarray, window: int, min_episodes: int = 1
+    runs: Sequence[Run], grid: np.ndarray, window: Window, min_episodes: int = 1
 ) -> dict[str, tuple[Band, Band]]:
     """Per label: the (success, return) bands of its seeds' smoothed curves on `grid`."""
     bands = {}
@@ -468,7 +513,9 @@ def group_bands(
     return bands
 
 
-def metric_bands(runs: Sequence[Run], grid: np.ndarray, key: str, window: int) -> dict[str, Band]:
+def metric_bands(
+    runs: Sequence[Run], grid: np.ndarray, key: str, window: Window
+) -> dict[str, Band]:
     """Per label whose runs all have training metric `key`: the band of their curves on `grid`,
     each the metric's mean over the last `window` updates (trailing, one weight per update)."""
     bands = {}
@@ -479,15 +526,16 @@ def metric_bands(runs: Sequence[Run], grid: np.ndarray, key: str, window: int) -
     return bands
 
 
-def _metric_on_grid(run: Run, key: str, grid: np.ndarray, window: int) -> np.ndarray:
+def _metric_on_grid(run: Run, key: str, grid: np.ndarray, window: Window) -> np.ndarray:
     values = run.metrics[key]
-    return interpolate(run.frames, smooth(values, np.ones_like(values), window), grid)
+    size = window_updates(window, run)
+    return interpolate(run.frames, smooth(values, np.ones_like(values), size), grid)
 
 
 def tidy_curves(
     runs: Sequence[Run],
     grid: np.ndarray,
-    window: int,
+    window: Window,
     min_episodes: int = 1,
     metrics: Sequence[str] = (),
 ) -> pd.DataFrame:
@@ -555,13 +603,14 @@ class ThresholdRow:
 
 
 def threshold_rows(
-    runs: Sequence[Run], thresholds: Sequence[float], window: int, min_episodes: int = 1
+    runs: Sequence[Run], thresholds: Sequence[float], window: Window, min_episodes: int = 1
 ) -> list[ThresholdRow]:
     """Per label and threshold, each seed's frames to reach it (smoothed success)."""
     rows = []
     for label, members in group_runs(runs).items():
         smoothed = {
-            run.seed: smooth(run.success, run.episodes, window, min_episodes) for run in members
+            run.seed: smooth(run.success, run.episodes, window_updates(window, run), min_episodes)
+            for run in members
         }
         for threshold in thresholds:
             per_seed = {
@@ -752,10 +801,11 @@ class FinalRow:
         return float(np.mean(values)) if values else math.nan
 
 
-def _training_outcome(run: Run, window: int) -> Outcome:
-    """The episodes that ended in the run's last `window` updates."""
-    successes, episodes = _window_sums(run.success, run.episodes, window)
-    returns, _ = _window_sums(run.returns, run.episodes, window)
+def _training_outcome(run: Run, window: Window) -> Outcome:
+    """The episodes that ended in the run's last `window` (its updates)."""
+    size = window_updates(window, run)
+    successes, episodes = _window_sums(run.success, run.episodes, size)
+    returns, _ = _window_sums(run.returns, run.episodes, size)
     count = int(round(episodes[-1]))
     return Outcome(
         seed=run.seed,
@@ -768,7 +818,7 @@ def _training_outcome(run: Run, window: int) -> Outcome:
     )
 
 
-def final_rows(runs: Sequence[Run], window: int, suite: str = "no_change") -> list[FinalRow]:
+def final_rows(runs: Sequence[Run], window: Window, suite: str = "no_change") -> list[FinalRow]:
     """Per label: a held-out row per evaluated level (seeds with a `RUN/eval/**/results.json`
     holding `suite`), and a training row for the seeds without any.
 
@@ -901,7 +951,7 @@ def comparison_markdown(
     thresholds: Sequence[ThresholdRow],
     finals: Sequence[FinalRow],
     *,
-    window: int,
+    window: Window,
     suite: str,
     min_episodes: int = 1,
     figures: Sequence[str] = DEFAULT_FIGURES,
@@ -915,8 +965,9 @@ def comparison_markdown(
     lines = [
         f"# Comparison of {len(runs)} runs in {len(bands)} groups",
         "",
-        f"Success and return are smoothed over the episodes that ended in the last {window} "
-        f"update(s) (trailing window, each update weighted by its episodes), interpolated onto "
+        f"Success and return are smoothed over the episodes that ended in the last "
+        f"{window_text(window)}{_per_run_updates(runs, window)} (trailing window, each update "
+        f"weighted by its episodes), interpolated onto "
         f"{len(grid)} frames from {_frames(grid[0])} to {_frames(grid[-1])} (never past a run's "
         "last logged frame). A group's curve is its mean over seeds where every seed has a "
         "value, with a 95% Student-t interval over seeds (none for one seed)."
@@ -957,7 +1008,8 @@ def comparison_markdown(
         "",
         "## Frames to reach a success rate",
         "",
-        f"First logged frame at which a seed's smoothed success (window {window}) is at least "
+        f"First logged frame at which a seed's smoothed success (window {window_text(window)}) "
+        "is at least "
         "the threshold; median and mean over the seeds that reached it.",
         "",
         "| label | threshold | seeds reached | median frames | mean frames | per seed |",
@@ -981,7 +1033,7 @@ def comparison_markdown(
         "## Final success",
         "",
         f"Held-out evaluation: the `{suite}` suite of `RUN/eval/**/results.json`. Training: the "
-        f"episodes of the last {window} update(s) of training, NOT held out. Mean over seeds, "
+        f"episodes of the last {window_text(window)} of training, NOT held out. Mean over seeds, "
         "its 95% t-interval over seeds (clipped to [0, 1]), and the 95% Wilson interval of all "
         "the episodes pooled; evaluations that replay the same episodes (a deterministic "
         "agent, once per seed) count once. "
@@ -1042,9 +1094,17 @@ def comparison_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _metrics_markdown(runs: Sequence[Run], metrics: Sequence[str], window: int) -> list[str]:
+def _per_run_updates(runs: Sequence[Run], window: Window) -> str:
+    """For a window in frames, each run's window in its updates (nothing for one in updates)."""
+    if not isinstance(window, FrameWindow):
+        return ""
+    sizes = ", ".join(f"{run.label} seed {run.seed}: {window.updates(run)}" for run in runs)
+    return f" (in each run's updates: {sizes})"
+
+
+def _metrics_markdown(runs: Sequence[Run], metrics: Sequence[str], window: Window) -> list[str]:
     """The training metrics some run has: per group and metric, the mean over seeds of each
-    seed's mean over its first and its last `window` updates."""
+    seed's mean over its first and its last `window`."""
     shown = [key for key in metrics if any(key in run.metrics for run in runs)]
     if not shown:
         return []
@@ -1052,11 +1112,10 @@ def _metrics_markdown(runs: Sequence[Run], metrics: Sequence[str], window: int) 
         "",
         "## Training metrics",
         "",
-        f"Each seed's mean over its first and its last {window} update(s) (each update counting "
-        "once), then the mean over the group's seeds that logged the metric.",
+        f"Each seed's mean over its first and its last {window_text(window)} (each update "
+        "counting once), then the mean over the group's seeds that logged the metric.",
         "",
-        f"| label | metric | seeds | first {window} updates | last {window} updates "
-        "| per seed (first -> last) |",
+        "| label | metric | seeds | first window | last window | per seed (first -> last) |",
         "|---|---|---|---|---|---|",
     ]
     for key in shown:
@@ -1064,7 +1123,7 @@ def _metrics_markdown(runs: Sequence[Run], metrics: Sequence[str], window: int) 
             logged = [run for run in members if key in run.metrics]
             if not logged:
                 continue
-            ends = [_ends(run.metrics[key], window) for run in logged]
+            ends = [_ends(run.metrics[key], window_updates(window, run)) for run in logged]
             per_seed = ", ".join(
                 f"{run.seed}: {_num(first)} -> {_num(last)}"
                 for run, (first, last) in zip(logged, ends, strict=True)
@@ -1090,7 +1149,7 @@ def plot_comparison(
     grid: np.ndarray,
     bands: Mapping[str, tuple[Band, Band]],
     baselines: Sequence[FinalRow],
-    window: int,
+    window: Window,
     metrics: Mapping[str, Mapping[str, Band]] | None = None,
 ) -> None:
     """Success and return against frames, then one panel per training metric of `metrics`
@@ -1138,10 +1197,10 @@ def plot_comparison(
         low, high = float(values.min()), float(values.max())
         margin = 0.05 * (high - low) or 0.05
         axes[1].set_ylim(low - margin, high + margin)
-    axes[0].set_title(f"success rate (last {window} updates' episodes)")
+    axes[0].set_title(f"success rate (the last {window_text(window)}' episodes)")
     axes[1].set_title("episode return (BabyAI reward)")
     for axis, key in zip(axes[2:], metrics, strict=True):
-        axis.set_title(f"{key} (last {window} updates)")
+        axis.set_title(f"{key} (last {window_text(window)})")
         shown = [band.curves[np.isfinite(band.curves)] for band in metrics[key].values()]
         values = np.concatenate(shown)
         if values.size:  # fit the curves, not the t-bands (see the return axis)
@@ -1163,7 +1222,7 @@ def write_comparison(
     runs: Sequence[Run],
     *,
     thresholds: Sequence[float] = (0.5, 0.8, 0.9),
-    window: int = 10,
+    window: Window = 10,
     min_episodes: int = 1,
     grid_points: int = 200,
     baselines: Sequence[FinalRow] = (),

@@ -6,11 +6,15 @@
     # group a sweep by a config key instead of train.label
     python scripts/compare_runs.py runs/lr-sweep/* --out runs/cmp-lr --label-by ppo.lr
     python scripts/compare_runs.py runs/a runs/b --out runs/cmp --thresholds 0.5 0.9 --smooth 5
+    # agents whose updates differ in size (256 frames, 2,048): smooth over the same frames
+    python scripts/compare_runs.py runs/llm/seed-* runs/symbolic/seed-* --out runs/cmp \
+        --smooth-frames 10240
 
 Runs are grouped by label (`train.label` of config.yaml; empty: the preset of `--config-name`,
 else the folder name; `--label-by KEY...` uses config keys instead), and the runs of a label are
 its seeds. Per group: the mean and 95% Student-t band over seeds of the smoothed success and
-return against frames (smoothing: the episodes that ended in the last `--smooth` updates), the
+return against frames (smoothing: the episodes that ended in the last `--smooth` updates, or in
+each run's updates that hold about `--smooth-frames` frames), the
 frames each seed took to reach each `--thresholds` success rate, and the final success: a held-out
 evaluation when the run folder holds one (`RUN/eval/<name>/results.json`, written by
 `python scripts/post_training_tests.py agent.kind=checkpoint agent.path=RUN
@@ -44,6 +48,7 @@ from glam.compare import (
     DEFAULT_LABEL_KEY,
     DEFAULT_METRICS,
     ComparisonError,
+    FrameWindow,
     baseline_rows,
     load_run,
     write_comparison,
@@ -70,7 +75,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--thresholds", nargs="+", type=float, default=[0.5, 0.8, 0.9], help="success rates"
     )
-    parser.add_argument("--smooth", type=int, default=10, help="smoothing window, in updates")
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--smooth", type=int, default=10, help="smoothing window, in updates")
+    window.add_argument(
+        "--smooth-frames",
+        type=int,
+        default=None,
+        help="smoothing window in frames: each run's updates that hold about this many (for "
+        "runs whose updates differ in size)",
+    )
     parser.add_argument(
         "--min-episodes",
         type=int,
@@ -102,6 +115,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.smooth < 1 or args.grid_points < 2:
         parser.error("--smooth must be >= 1 and --grid-points >= 2")
+    if args.smooth_frames is not None and args.smooth_frames < 1:
+        parser.error(f"--smooth-frames must be >= 1, got {args.smooth_frames}")
     if not all(0 <= t <= 1 for t in args.thresholds):
         parser.error(f"--thresholds are success rates in [0, 1], got {args.thresholds}")
     with exit_on(ComparisonError, OutputDirError):
@@ -114,7 +129,7 @@ def main(argv: list[str]) -> int:
             args.out,
             runs,
             thresholds=args.thresholds,
-            window=args.smooth,
+            window=args.smooth if args.smooth_frames is None else FrameWindow(args.smooth_frames),
             min_episodes=args.min_episodes,
             grid_points=args.grid_points,
             baselines=baselines,

@@ -24,6 +24,7 @@ from glam.compare import (
     HELD_OUT,
     TRAINING,
     ComparisonError,
+    FrameWindow,
     _seeds,
     band_over_seeds,
     baseline_rows,
@@ -40,6 +41,8 @@ from glam.compare import (
     t_quantile,
     threshold_rows,
     tidy_curves,
+    window_text,
+    window_updates,
 )
 from glam.eval.stats import wilson_interval
 from glam.run_config import TrainingRunConfig
@@ -224,6 +227,45 @@ def test_frames_to_threshold_with_a_seed_that_never_reaches_it(tmp_path: Path) -
     assert (len(half.reached), half.median, half.mean) == (2, 200.0, 200.0)
     assert most.per_seed == {1: 400.0, 2: None, 3: None}
     assert (len(most.reached), most.median, most.mean) == (1, 400.0, 400.0)
+
+
+def test_a_window_in_frames_spans_the_same_experience_for_any_update_size(
+    tmp_path: Path,
+) -> None:
+    """Runs of 100-frame and 400-frame updates smoothed over 800 frames: 8 and 2 updates. The
+    large-update run reaches 0.75 at the same frame as the small one whose success rises at the
+    same frames, where a window of 2 updates each would smooth the small run over 200 frames."""
+    small = load_run(
+        make_run(
+            tmp_path / "small",
+            list(range(100, 1700, 100)),
+            [0.0] * 8 + [1.0] * 8,
+            [1.0] * 16,
+            seed=1,
+            label="small",
+        )
+    )
+    large = load_run(
+        make_run(
+            tmp_path / "large",
+            [400, 800, 1200, 1600],
+            [0.0, 0.0, 1.0, 1.0],
+            [4.0] * 4,
+            seed=1,
+            label="large",
+        )
+    )
+    window = FrameWindow(800)
+    assert (window.updates(small), window.updates(large)) == (8, 2)
+    assert window_updates(3, small) == 3 and window_text(window) == "800 frames"
+    by_frames = {
+        row.label: row.per_seed[1] for row in threshold_rows([small, large], [0.75], window)
+    }
+    assert by_frames == {"small": 1400.0, "large": 1600.0}
+    by_updates = {row.label: row.per_seed[1] for row in threshold_rows([small, large], [0.75], 2)}
+    assert by_updates == {"small": 1000.0, "large": 1600.0}  # the small run's 200-frame window
+    with pytest.raises(ValueError, match=">= 1 frame"):
+        FrameWindow(0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,6 +527,15 @@ def test_script_writes_the_comparison(tmp_path: Path) -> None:
     assert str(tmp_path / "tiny-1") in markdown
     png = (out / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    # The same runs smoothed over 256 frames: one update each, the thresholds as above.
+    framed = _compare(
+        *runs, "--out", tmp_path / "framed", "--smooth-frames", "256", "--min-episodes", "1"
+    )
+    assert framed.returncode == 0, framed.stderr
+    text = (tmp_path / "framed" / "comparison.md").read_text()
+    assert "the last 256 frames (in each run's updates: tiny seed 1: 1," in text
+    assert "| tiny | 0.5 | 2 of 2 | 1,152 | 1,152 | 1: 1,280, 2: 1,024 |" in text
+    assert _compare(*runs, "--out", tmp_path / "x", "--smooth-frames", "0").returncode == 2
 
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
