@@ -104,6 +104,9 @@ class EnvRunner:
         """Per env, after `step`: the prompt of the final observation of an episode that the
         time limit cut at that step (to bootstrap its value), else None."""
         self._final_observations: list[dict[str, Any] | None] = [None] * num_envs
+        self.seen: list[list[str]] = [[] for _ in range(num_envs)]
+        """Per env, after `step`: the descriptions of what it saw after its action (its
+        episode's final view where the episode ended), hindsight relabelling's input."""
 
     def _action_space(self, env_cfg: EnvConfig) -> ActionSpace:
         """The action space the envs are made with (`env.action_space`)."""
@@ -202,6 +205,7 @@ class EnvRunner:
         self.final_prompts = [None] * self.num_envs
         self._final_observations = [None] * self.num_envs
         for i, (obs, info) in enumerate(zip(observations, infos, strict=True)):
+            self.seen[i] = list((info["final_info"] if dones[i] else info)["descriptions"])
             if truncated[i] and not terminated[i]:
                 self.histories[i].add_action(self.action_words[actions[i]])
                 self.histories[i].add_observation(info["final_info"]["descriptions"])

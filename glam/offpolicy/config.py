@@ -69,6 +69,17 @@ class SacConfig:
     log_every: int = 512
     """Frames between two rows of metrics.csv, rounded up to a multiple of `env.num_envs`: the
     "update" of a SAC run (`train.save_every` counts them)."""
+    her: bool = False
+    """Hindsight relabelling (HER's "future" strategy, `glam.offpolicy.hindsight`): each
+    finished episode is stored again with the goals it reached instead of its own (the objects
+    the agent faced), as episodes that ended there with BabyAI's reward. GoTo levels only."""
+    her_ratio: float = 0.5
+    """With `her`: the share of each batch drawn from the relabelled transitions (once there
+    are some)."""
+    her_goals: int = 4
+    """With `her`: goals relabelled per episode at most (drawn among those it reached)."""
+    her_size: int = 50_000
+    """With `her`: relabelled transitions kept per process (oldest dropped first)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -82,6 +93,8 @@ class SacConfig:
             "update_every",
             "max_grad_norm",
             "log_every",
+            "her_goals",
+            "her_size",
         ):
             check_positive(f"sac.{name}", getattr(self, name))
         if not 0.0 <= self.gamma <= 1.0:
@@ -93,6 +106,8 @@ class SacConfig:
                 f"sac.target_entropy_scale is a share of the uniform policy's entropy, in [0, 1], "
                 f"got {self.target_entropy_scale}"
             )
+        if not 0.0 < self.her_ratio < 1.0:
+            raise ValueError(f"sac.her_ratio must be in (0, 1), got {self.her_ratio}")
         if self.replay_ratio < 0 or self.learning_starts < 0:
             raise ValueError("sac.replay_ratio and sac.learning_starts must be >= 0")
         self.critic_hidden_sizes = [int(width) for width in self.critic_hidden_sizes]

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
 from glam.offpolicy.config import SacConfig
+from glam.offpolicy.hindsight import HindsightBuffer, Step, cat_batches, is_goto
 from glam.offpolicy.replay import ReplayBuffer, ReplayError
 from glam.offpolicy.rows import RowTraining, train_in_rows
 from glam.offpolicy.sac import (
@@ -182,7 +183,10 @@ def play_and_learn(t: SacTraining, stop: StopSignal) -> Row:
             output = t.agent.policy(**policy_inputs(observations))
         raise_if_diverged(accelerator, not bool(torch.isfinite(output.logits[output.mask]).all()))
         actions = output.dist.sample().cpu()
+        missions = list(t.runner.missions)  # the episodes' goals, before the envs reset
         rewards, dones, episodes = t.runner.step(actions.tolist())
+        if t.hindsight is not None:
+            _remember(t, observations, actions, dones, missions)
         final_envs, finals = t.runner.final_observations()
         truncated = torch.zeros(len(dones), dtype=torch.bool)
         truncated[final_envs] = True
@@ -212,6 +216,18 @@ def play_and_learn(t: SacTraining, stop: StopSignal) -> Row:
     return row
 
 
+def _remember(
+    t: SacTraining, observations: Observations, actions: Tensor, dones: object, missions: list[str]
+) -> None:
+    """Add each env's step to its episode; relabel the episodes that ended (`sac.her`)."""
+    for env in range(len(observations)):
+        step = Step(observations.select([env]), int(actions[env]), tuple(t.runner.seen[env]))
+        t.episodes[env].append(step)
+        if dones[env]:
+            t.hindsight.add_episode(t.episodes[env], missions[env])
+            t.episodes[env] = []
+
+
 def _followed_by(after: Observations, final_envs: list[int], finals: Observations | None):  # noqa: ANN202
     """What followed each env's step: the observation after it, or for an episode cut by its
     time limit the final observation (the env has reset since)."""
@@ -230,7 +246,12 @@ def sac_step(t: SacTraining) -> dict[str, float]:
         TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
     """
     sac, accelerator, device = t.cfg.sac, t.accelerator, t.accelerator.device
-    batch = t.replay.sample(t.local_batch_size, sac.gamma, sac.n_step)
+    relabelled = 0
+    if t.hindsight is not None and len(t.hindsight):
+        relabelled = round(t.local_batch_size * sac.her_ratio)
+    batch = t.replay.sample(t.local_batch_size - relabelled, sac.gamma, sac.n_step)
+    if relabelled:
+        batch = cat_batches(batch, t.hindsight.sample(relabelled))
     alpha = t.agent.log_alpha.detach().exp()
     with torch.no_grad():
         following = t.agent.policy(**policy_inputs(batch.next_obs))
@@ -271,6 +292,7 @@ def sac_step(t: SacTraining) -> dict[str, float]:
         "losses/grad_norm": policy_norm,
         "losses/critic_grad_norm": critic_norm,
         "charts/q_mean": float(taken.mean()),
+        "charts/her_share": relabelled / t.local_batch_size,
     }
 
 
@@ -283,6 +305,7 @@ STEP_METRICS = (
     "losses/grad_norm",
     "losses/critic_grad_norm",
     "charts/q_mean",
+    "charts/her_share",
 )
 """The gradient steps' statistics, as a row's means (blank before the first step)."""
 
@@ -296,17 +319,18 @@ def row_metrics(t: SacTraining, row: Row) -> dict[str, float]:
         sum(row.stats[name]) / len(row.stats[name]) if row.stats.get(name) else math.nan
         for name in STEP_METRICS
     ]
-    local.append(float(len(t.replay)))
+    local += [float(len(t.hindsight) if t.hindsight is not None else 0), float(len(t.replay))]
     reduced = accelerator.reduce(
         torch.tensor(local, dtype=torch.float64, device=accelerator.device)
     ).tolist()
-    means = [value / accelerator.num_processes for value in reduced[:-1]]
+    means = [value / accelerator.num_processes for value in reduced[:-2]]
     frames = t.state.frames
     return {
         **episode_metrics(episodes),
         **dict(zip(STEP_METRICS, means, strict=True)),
         "charts/alpha": float(t.agent.log_alpha.detach().exp()),
         "charts/replay_size": reduced[-1],
+        **({"charts/her_size": reduced[-2]} if t.hindsight is not None else {}),
         "charts/gradient_steps": float(t.gradient_steps),
         "charts/updates_per_frame": t.gradient_steps / frames if frames else math.nan,
         "charts/learning_rate": t.cfg.sac.actor_lr,
@@ -373,6 +397,10 @@ class SacTraining(RowTraining):
     env_steps: int = 0
     """Steps of the local envs in this session (the bursts of gradient steps follow it)."""
     saved: tuple[int, Path] | None = None
+    hindsight: HindsightBuffer | None = None
+    """The relabelled transitions (`sac.her`); None: no hindsight relabelling."""
+    episodes: list[list[Step]] = field(default_factory=list)
+    """With `sac.her`: each local env's episode so far."""
 
     def write_extra(self, folder: Path) -> None:
         self.replay.save(folder / f"rank_{self.accelerator.process_index}" / REPLAY_DIR)
@@ -475,6 +503,14 @@ def build_sac_training(
         frames_per_update,
         title="SAC",
     )
+    hindsight = None
+    if cfg.sac.her:
+        hindsight = _hindsight_buffer(cfg, runner, rank)
+        if resume_from is not None:
+            accelerator.print(
+                "[glam] sac.her: the relabelled transitions are not in the checkpoint; the "
+                "buffer refills from this session's episodes"
+            )
     return SacTraining(
         cfg=cfg,
         accelerator=accelerator,
@@ -498,6 +534,34 @@ def build_sac_training(
         policy_parameters=policy_parameters,
         gradient_steps=saved_steps,
         saved=None if resume_from is None else (state.update, resume_from),
+        hindsight=hindsight,
+        episodes=[[] for _ in range(local_envs)],
+    )
+
+
+def _hindsight_buffer(cfg: TrainingRunConfig, runner: EnvRunner, rank: int) -> HindsightBuffer:
+    """`sac.her`'s buffer, for a level whose envs all play GoTo missions with one step limit.
+
+    Raises:
+        SetupError: another kind of mission, or envs with different step limits.
+    """
+    missions = sorted(set(runner.missions))
+    if not all(is_goto(mission) for mission in missions):
+        raise SetupError(
+            f"sac.her relabels GoTo missions (go to the COLOR TYPE); {cfg.env.name} gives "
+            f"{missions[:3]}: set sac.her=false"
+        )
+    limits = {env.unwrapped.max_steps for env in runner.envs.envs}
+    if len(limits) != 1:
+        raise SetupError(f"sac.her needs one step limit for the level's episodes, got {limits}")
+    return HindsightBuffer(
+        cfg.sac.her_size,
+        goals=cfg.sac.her_goals,
+        gamma=cfg.sac.gamma,
+        n=cfg.sac.n_step,
+        max_steps=limits.pop(),
+        reward_scale=cfg.env.reward_scale,
+        seed=cfg.train.seed * 1000 + rank,
     )
 
 
