@@ -372,7 +372,9 @@ def test_a_null_eval_level_is_the_checkpoints_training_level(tmp_path: Path, cap
     checkpoint = AgentConfig(kind="checkpoint", path=str(folder))
     cfg = PostTrainingTestsConfig(agent=checkpoint, eval=EvalConfig())
     assert resolve_level(cfg) == cfg.eval.level == "BabyAI-GoToRedBall-v0"
-    assert "the checkpoint's training level" in capsys.readouterr().out
+    assert (
+        "the checkpoint plays BabyAI-GoToRedBall-v0 (its training level)" in capsys.readouterr().out
+    )
     given = PostTrainingTestsConfig(agent=checkpoint, eval=EvalConfig(level="BabyAI-GoToLocal-v0"))
     assert resolve_level(given) == "BabyAI-GoToLocal-v0"  # a level the user gives is kept
     other = PostTrainingTestsConfig(agent=AgentConfig(kind="random"), eval=EvalConfig())

@@ -110,8 +110,9 @@ def resolve_level(cfg: PostTrainingTestsConfig) -> str:
     if cfg.eval.level is None:
         trained = trained_level(cfg.agent)
         cfg.eval.level = trained or DEFAULT_LEVEL
-        why = "the checkpoint's training level" if trained else "the default"
-        print(f"[eval] eval.level=null: playing {cfg.eval.level} ({why})", flush=True)
+        if cfg.agent.kind == "checkpoint":  # the other agents always play the default
+            why = "its training level" if trained else "the default: it records no level"
+            print(f"[eval] eval.level=null: the checkpoint plays {cfg.eval.level} ({why})")
     return cfg.eval.level
 
 
