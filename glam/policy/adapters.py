@@ -112,7 +112,8 @@ def load_adapter_weights(model: PeftModel, folder: str | Path) -> None:
     if missing:
         raise FileNotFoundError(
             f"model.lora.init={str(folder)!r} holds no {' or '.join(missing)}: give the folder of "
-            "a LoRA adapter in peft's format (a behavioural-cloning policy's bc.output_dir)"
+            "a LoRA adapter in peft's format (a behavioural-cloning policy's bc.output_dir, or a "
+            "clone's clone.output_dir/policy/adapter)"
         )
     saved = json.loads(files[0].read_text())
     built = model.peft_config["default"]
