@@ -18,13 +18,16 @@ import csv
 import importlib
 import json
 import os
-import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
 from glam.models.precision import resolve_autocast_bf16
+from glam.outputs import write_json
+from glam.scaling_report import WRITER as ESTIMATE_WRITER
+from glam.scaling_report import parse_args as estimate_args
+from glam.scaling_report import run as estimate
 
 __all__ = [
     "balrog_report",
@@ -162,12 +165,14 @@ def balrog_report(folder: Path) -> str:
 
 
 def _estimate(work: Path, key: str, extra: list[str]) -> dict[str, Any] | None:
-    """`scripts/estimate_throughput.py` on the bench's workload, its JSON, or None."""
-    target = work / f"estimate-{key}.json"
-    script = Path(__file__).resolve().parents[1] / "scripts" / "estimate_throughput.py"
-    command = [sys.executable, str(script), *ESTIMATE_WORKLOAD, *extra, "--out", str(target)]
-    subprocess.run(command, check=False, capture_output=True)
-    return json.loads(target.read_text()) if target.is_file() else None
+    """The throughput model (`glam.scaling_report`, what `scripts/estimate_throughput.py` runs)
+    on the bench's workload, written to `work` as that script writes it; None if it refuses."""
+    try:
+        record = estimate(estimate_args([*ESTIMATE_WORKLOAD, *extra]))
+    except (ValueError, SystemExit):
+        return None
+    target = write_json(work / f"estimate-{key}.json", record, ESTIMATE_WRITER)
+    return json.loads(target.read_text())
 
 
 def gather_results(work: Path, weights: str) -> tuple[dict[str, Any], list[str]]:
