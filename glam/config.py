@@ -389,6 +389,14 @@ class PPOConfig:
     """Weight of the entropy bonus."""
     value_coef: float = 0.5
     """Weight of the value loss."""
+    value_lr: float | None = None
+    """Learning rate of the value head (its own optimizer group, on the same schedule as
+    `ppo.lr`); None: `ppo.lr`. A preset that moves a warm-started policy slowly (a small
+    `ppo.lr`) can let its fresh critic learn faster."""
+    value_warmup_updates: int = 0
+    """The run's first updates (counted from its start, a resumed run included) in which only
+    the value head learns: their loss is the value loss alone and every other parameter's learning rate is 0,
+    so a warm-started policy keeps acting as it was while its critic learns its returns."""
     max_grad_norm: float = 0.5
     """Gradient norm clip (over all trainable parameters)."""
     normalize_advantages: bool = True
@@ -437,8 +445,11 @@ class PPOConfig:
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.warmup_updates < 0:
-            raise ValueError(f"ppo.warmup_updates must be >= 0, got {self.warmup_updates}")
+        for name in ("warmup_updates", "value_warmup_updates"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ppo.{name} must be >= 0, got {getattr(self, name)}")
+        if self.value_lr is not None:
+            check_positive("ppo.value_lr", self.value_lr)
         for name in ("entropy_coef", "value_coef", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ppo.{name} must be >= 0, got {getattr(self, name)}")

@@ -11,14 +11,18 @@ episode seeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from babyai_text import ActionSpace, TextVectorEnv
+from babyai_text import ActionSpace, TextEnv, TextVectorEnv
 from glam.config import EnvConfig, PolicyConfig
+from glam.demos import DemoRecord
 from glam.policy.observations import GridObservations, Observations, TextObservations
 from glam.policy.prompts import PromptHistory
+
+if TYPE_CHECKING:  # the grid policies' runner stays free of the language-model stack
+    from transformers import PreTrainedTokenizerBase
 
 SEEDS_PER_RANK = 1_000_000
 """Episode seeds reserved for each process: rank r of run seed s plays seeds from
@@ -39,6 +43,71 @@ def resolve_action_space(name: str) -> ActionSpace:
 def env_seed(run_seed: int, rank: int) -> int:
     """Base episode seed of the environments of process `rank` in a run seeded `run_seed`."""
     return run_seed * 100 * SEEDS_PER_RANK + rank * SEEDS_PER_RANK
+
+
+def record_episode(
+    env: TextEnv,
+    choose: Callable[[int], int | None],
+    *,
+    level: str,
+    seed: int,
+    episode: int,
+    nbr_obs: int,
+    prompt_format: str = "glam",
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    source: str = "bot",
+) -> tuple[list[DemoRecord], bool]:
+    """Play one episode of `env` from `env.reset(seed=seed)` and record each decision with the
+    prompt the policy would have read there (`PromptHistory`, `nbr_obs` observations).
+
+    `choose(step)` gives each step's action index, read after the env reached that step (a
+    planner may look at `env`), or None to stop before the episode ends. `prompt_format` and
+    `tokenizer` are those of `PromptHistory.prompt`.
+
+    Returns:
+        The decisions, in step order, and whether the episode ended in success.
+    """
+    obs, info = env.reset(seed=seed)
+    history = PromptHistory(nbr_obs)
+    history.reset()
+    history.add_observation(info["descriptions"])
+    mission, task_type = obs["mission"], info.get("task_type")
+    space = env.action_space_def
+    decisions: list[tuple[str, int]] = []
+    success = False
+    while (index := choose(len(decisions))) is not None:
+        prompt = history.prompt(
+            mission,
+            env.action_words,
+            env.language,
+            prompt_format=prompt_format,
+            tokenizer=tokenizer,
+        )
+        decisions.append((prompt, index))
+        obs, _, terminated, truncated, info = env.step(index)
+        history.add_action(space.words[index])
+        if terminated or truncated:
+            success = bool(info["success"])
+            break
+        history.add_observation(info["descriptions"])
+    records = [
+        DemoRecord(
+            prompt=prompt,
+            action=space.words[index],
+            action_index=index,
+            action_space=space.name,
+            mission=mission,
+            task_type=task_type,
+            level=level,
+            episode=episode,
+            seed=seed,
+            step=step,
+            success=success,
+            source=source,
+        )
+        for step, (prompt, index) in enumerate(decisions)
+    ]
+    return records, success
 
 
 class EnvRunner:

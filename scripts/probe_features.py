@@ -13,6 +13,10 @@
     python scripts/probe_features.py --run runs/npae_top4/seed-1 --level BabyAI-GoToRedBall-v0 \
         --device cuda --out runs/npae_top4/seed-1/probe.json
     python scripts/probe_features.py --demos runs/demos/BabyAI-GoToRedBall-v0-seed0 --device cuda
+    # a run's policy on the states it visited in an evaluation, with its own returns, and the
+    # value head PPO trains fitted to them at two learning rates (--value-heads)
+    python scripts/probe_features.py --run runs/warm --played runs/warm/eval/BabyAI-GoToRedBall-v0 \
+        --layers 26 30 --value-heads --out runs/warm/probe_value.json
     # seconds, the tiny random model (mechanics only)
     python scripts/probe_features.py --model tiny-random-llama --level BabyAI-GoToRedBall-v0 \
         --episodes 8 --layers 1 2
@@ -28,8 +32,12 @@ left, right, not visible), trained on the states of some episodes and scored on 
 regression on hand-made features (the target's offsets right and forward of the agent and
 whether it sees it). A ridge regression on the same features predicts (c) the discounted
 return (`--gamma`, PPO's 0.99) the bot's episode got from each state, what a critic must say,
-scored by R^2 on the held-out episodes. glam/eval/feature_probe.py says
-how each figure is computed.
+scored by R^2 on the held-out episodes. With `--played` the states are an agent's, from an
+evaluation's episodes (`scripts/post_training_tests.py`: results.json, episodes.jsonl), each
+replayed from its seed, its action in place of the bot's and its own return to predict;
+`--value-heads` also trains PPO's value head (and a linear one) on those returns by Adam at
+each of `--head-lrs`, read after each of `--head-steps`. glam/eval/feature_probe.py says how
+each figure is computed.
 
 Prints the table and, with `--out`, writes every figure, the counts and the command as JSON (an
 existing file is refused unless `--overwrite`). Exit status: 0 done; 2 bad input (an unknown
@@ -40,6 +48,7 @@ one target object, an `--out` it may not write).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -59,6 +68,7 @@ from glam.cli import exit_on, fail, positive_int
 from glam.demos import DemoDatasetError
 from glam.eval.feature_probe import (
     GAMMA,
+    HeadFit,
     ProbeInputError,
     ProbeStates,
     check_layers,
@@ -66,6 +76,7 @@ from glam.eval.feature_probe import (
     last_token_states,
     num_layers,
     probe_states,
+    read_played_episodes,
     read_states,
     states_from_records,
 )
@@ -98,6 +109,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     states = parser.add_mutually_exclusive_group()
     states.add_argument("--level", help="BabyAI level the bot plays")
     states.add_argument("--demos", type=Path, help="a demonstrations folder instead of the bot")
+    states.add_argument(
+        "--played",
+        type=Path,
+        help="an evaluation's folder (results.json, episodes.jsonl): the agent's own states",
+    )
     parser.add_argument("--episodes", type=positive_int, default=100, help="bot episodes")
     parser.add_argument("--seed", type=int, default=0, help="episode seeds, split and init")
     parser.add_argument("--action-space", help="default: the run's, else nav")
@@ -111,14 +127,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--gamma", type=float, default=GAMMA, help="discount of the returns the value probe fits"
     )
     parser.add_argument("--l2", type=float, help="fixed L2 strength (default: chosen on a split)")
+    parser.add_argument(
+        "--value-heads",
+        action="store_true",
+        help="also train PPO's value head (and a linear one) on the returns, --head-lrs x steps",
+    )
+    parser.add_argument("--head-lrs", type=float, nargs="+", default=[2e-4, 2e-3])
+    parser.add_argument("--head-steps", type=positive_int, nargs="+", default=[200, 2000])
     parser.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1...")
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads")
     add_output_file_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    if args.level is None and args.demos is None:
-        parser.error("one of --level or --demos is required")
+    if args.level is None and args.demos is None and args.played is None:
+        parser.error("one of --level, --demos or --played is required")
+    if any(not lr > 0 for lr in args.head_lrs):
+        fail(f"--head-lrs must be > 0, got {args.head_lrs}")
     if args.random_init and args.run is not None:
         fail("--random-init applies to --model, not to a trained --run")
     if not 0 < args.held_out < 1:
@@ -155,8 +180,41 @@ def load(args: argparse.Namespace) -> tuple[torch.nn.Module, Any, dict[str, Any]
     return policy.model, policy.tokenizer, trained
 
 
+def played_states(args: argparse.Namespace, tokenizer: Any, trained: dict[str, Any]) -> ProbeStates:
+    """The states of the evaluation in --played, replayed with its own prompt settings."""
+    results = args.played / "results.json"
+    if not results.is_file():
+        raise ProbeInputError(f"--played {args.played}: no results.json (an evaluation's folder)")
+    recorded = json.loads(results.read_text())
+    played = recorded["eval"]
+    if played.get("distractors") is not None or played.get("max_steps") is not None:
+        raise ProbeInputError(
+            f"--played {args.played}: its episodes ran with eval.distractors or eval.max_steps "
+            "changed, which the replay does not reproduce"
+        )
+    for key in ("action_space", "nbr_obs", "prompt_format"):
+        if trained.get(key) is not None and recorded.get(key) != trained[key]:
+            raise ProbeInputError(
+                f"--played {args.played} was played with {key}={recorded.get(key)!r}, the run "
+                f"was trained with {trained[key]!r}: its prompts are not the policy's"
+            )
+    return read_played_episodes(
+        args.played / "episodes.jsonl",
+        played["level"],
+        action_space=recorded["action_space"],
+        nbr_obs=recorded["nbr_obs"],
+        prompt_format=recorded["prompt_format"],
+        language=trained.get("language"),
+        tokenizer=tokenizer,
+        gamma=args.gamma,
+    )
+
+
 def states_of(args: argparse.Namespace, tokenizer: Any, trained: dict[str, Any]) -> ProbeStates:
-    """The bot's states (collected now, or read from --demos), in the prompt format probed."""
+    """The bot's states (collected now, or read from --demos), or the agent's (--played), in
+    the prompt format probed."""
+    if args.played is not None:
+        return played_states(args, tokenizer, trained)
     if args.demos is not None:
         states = read_states(args.demos, gamma=args.gamma)
         for key in ("action_space", "nbr_obs", "prompt_format"):
@@ -226,10 +284,20 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
         cells += [probes[f"layer_{layer}"]["r2"] for layer in layers]
         lines += [
             "",
-            "| held-out R^2 of the bot's discounted return | " + " | ".join(columns) + " |",
+            f"| held-out R^2 of {value['target'].split(' from')[0]} | "
+            + " | ".join(columns)
+            + " |",
             "|---|" + "---:|" * len(columns),
             "| value (ridge) | " + " | ".join(f"{c:.3f}" for c in cells) + " |",
         ]
+        for position, fit in enumerate(next(iter(value["heads"].values()), [])):
+            for steps in fit["fit"]["steps"]:
+                cells = [value["heads"][f"layer_{layer}"][position] for layer in layers]
+                lines.append(
+                    f"| {fit['head']}, {steps} steps | | | | "
+                    + " | ".join(f"{cell[str(steps)]['r2']:.3f}" for cell in cells)
+                    + " |"
+                )
     lines += [
         "",
         "| layer | mean norm | top-5 dims' share | varying share |",
@@ -243,6 +311,13 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
         )
     return "\n".join(lines)
 
+
+HEAD_SHAPES = [
+    {"hidden_sizes": (1024, 1024), "activation": "sigmoid"},
+    {"hidden_sizes": (), "activation": "sigmoid", "normalize": True},
+]
+"""The value heads `--value-heads` trains: PPO's default (`policy.value_hidden_sizes`,
+`policy.value_activation`) and a linear read of standardised states, ridge's model."""
 
 WRITER = "scripts/probe_features.py"
 """The mark of the JSON this script writes (`glam.outputs.write_json`)."""
@@ -283,7 +358,19 @@ def main(argv: list[str]) -> int:
             progress=not args.no_progress,
         )
         forwarded = time.perf_counter()
-        report = probe_states(states, features, held_out=args.held_out, seed=args.seed, l2=args.l2)
+        heads = [
+            HeadFit(lr=lr, steps=args.head_steps, **shape)
+            for shape in HEAD_SHAPES
+            for lr in args.head_lrs
+        ]
+        report = probe_states(
+            states,
+            features,
+            held_out=args.held_out,
+            seed=args.seed,
+            l2=args.l2,
+            value_heads=heads if args.value_heads else (),
+        )
     done = time.perf_counter()
     weights = "run" if args.run else "random" if args.random_init else "pretrained"
     result = {

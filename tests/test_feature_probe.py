@@ -25,17 +25,20 @@ from glam.bc.config import DemosConfig
 from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig
 from glam.demos import write_demos
 from glam.eval.feature_probe import (
+    HeadFit,
     ProbeInputError,
     TargetFeatures,
     check_layers,
     explained_variance,
     fit_linear_probe,
     fit_ridge,
+    fit_value_head,
     last_token_states,
     majority_accuracy,
     probe_states,
     probe_task,
     r_squared,
+    read_played_episodes,
     read_states,
     replay_returns,
     split_episodes,
@@ -324,6 +327,71 @@ def test_the_value_probe_reads_returns_from_features_that_hold_them() -> None:
     assert value["mean"] <= 0.0 and "validation_r2" in value["probes"]["layer_1"]
 
 
+def _evaluation_of(records, folder: Path, nbr_obs: int = 1) -> Path:
+    """An evaluation's folder (`scripts/post_training_tests.py`'s results.json and
+    episodes.jsonl) whose episodes played the actions of `records`, one row per episode."""
+    folder.mkdir(parents=True)
+    rows = []
+    for episode in sorted({record.episode for record in records}):
+        steps = sorted((r for r in records if r.episode == episode), key=lambda r: r.step)
+        actions = " ".join(str(r.action_index) for r in steps)
+        row = {"suite": "no_change", "seed": steps[0].seed, "success": steps[0].success}
+        rows.append({**row, "length": len(steps), "actions": actions})
+    rows.append({**rows[0], "suite": "other_language"})  # another suite's row: not read
+    (folder / "episodes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    results = {
+        "action_space": "nav",
+        "nbr_obs": nbr_obs,
+        "prompt_format": "glam",
+        "eval": {"level": "BabyAI-GoToRedBall-v0", "distractors": None, "max_steps": None},
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder
+
+
+def test_played_episodes_replay_to_the_same_decisions_and_returns(tmp_path: Path) -> None:
+    config = _config(3)
+    records, _ = collect_bot_demos(config)
+    folder = _evaluation_of(records, tmp_path / "eval")
+    played = read_played_episodes(
+        folder / "episodes.jsonl", config.level, action_space="nav", nbr_obs=1
+    )
+    # An agent that played the bot's actions visited the bot's states and got its returns.
+    bot = _collect(config)
+    assert played.prompts == bot.prompts and played.actions == bot.actions
+    assert played.returns == bot.returns and played.targets == bot.targets
+    assert played.settings["episodes_of"] == "agent"
+    assert "the agent's" in probe_states(played, {}, held_out=0.34, seed=0)["value"]["target"]
+    # A row that the replay does not end as recorded, or an invalid action, is refused.
+    rows = (folder / "episodes.jsonl").read_text().splitlines()
+    lying = {**json.loads(rows[0]), "success": False}
+    (folder / "episodes.jsonl").write_text(json.dumps(lying) + "\n")
+    with pytest.raises(ProbeInputError, match="ended after"):
+        read_played_episodes(folder / "episodes.jsonl", config.level, action_space="nav", nbr_obs=1)
+    invalid = {**json.loads(rows[0]), "actions": "2 - 1"}
+    (folder / "episodes.jsonl").write_text(json.dumps(invalid) + "\n")
+    with pytest.raises(ProbeInputError, match="invalid action"):
+        read_played_episodes(folder / "episodes.jsonl", config.level, action_space="nav", nbr_obs=1)
+
+
+def test_the_value_head_learns_a_linear_return_at_a_working_rate_and_not_at_a_tiny_one() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = 3.0 + 0.1 * torch.randn(400, 6, generator=generator)  # large and nearly constant
+    returns = (x[:, 0] - 3.0).double() * 5.0
+    episodes = torch.arange(400)
+    train, test = list(range(300)), list(range(300, 400))
+    linear = HeadFit(lr=1e-2, steps=(10, 600), hidden_sizes=(), normalize=True)
+    fitted = fit_value_head(x, returns, episodes, train, test, linear)
+    assert fitted["head"] == "linear sigmoid, normalised, lr 0.01"
+    assert fitted["600"]["r2"] > 0.95 and fitted["600"]["r2"] > fitted["10"]["r2"]
+    assert fitted["600"]["explained_variance"] > 0.95
+    # PPO's default head at a tiny rate stays near its start: no better than the mean.
+    stuck = fit_value_head(x, returns, episodes, train, test, HeadFit(lr=1e-6, steps=(20,)))
+    assert stuck["20"]["explained_variance"] < 0.1
+    again = fit_value_head(x, returns, episodes, train, test, linear)
+    assert again == fitted  # seeded
+
+
 # --------------------------------------------------------------------------------------------
 # The script
 # --------------------------------------------------------------------------------------------
@@ -441,6 +509,32 @@ def test_script_probes_a_run_with_its_own_prompt_settings(tiny_run: Path, tmp_pa
     done = _script(*args, "--action-space", "default")
     assert done.returncode == 2
     assert "the run's actions" in done.stderr
+
+
+@pytest.mark.slow
+def test_script_probes_a_runs_own_played_states(tiny_run: Path, tmp_path: Path) -> None:
+    records, _ = collect_bot_demos(_config(4))
+    folder = _evaluation_of(records, tmp_path / "eval", nbr_obs=2)
+    out = tmp_path / "probe.json"
+    args = ["--run", str(tiny_run), "--played", str(folder), "--threads", "1"]
+    heads = ["--value-heads", "--head-lrs", "1e-3", "--head-steps", "3", "6"]
+    done = _script(*args, *heads, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "| held-out R^2 of the agent's discounted return |" in done.stdout
+    assert "| 1024x1024 sigmoid, lr 0.001, 6 steps |" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["states_from"]["episodes_of"] == "agent"
+    assert result["states"] == len(records)
+    fits = result["value"]["heads"]["layer_2"]
+    assert [fit["head"] for fit in fits] == [
+        "1024x1024 sigmoid, lr 0.001",
+        "linear sigmoid, normalised, lr 0.001",
+    ]
+    assert set(fits[0]) == {"head", "fit", "3", "6"}
+    # The evaluation played with one observation, the run was trained with two: refused.
+    _evaluation_of(records, tmp_path / "one", nbr_obs=1)
+    done = _script("--run", str(tiny_run), "--played", str(tmp_path / "one"))
+    assert done.returncode == 2 and "nbr_obs=1" in done.stderr
 
 
 def test_feature_statistics_by_hand() -> None:

@@ -21,8 +21,8 @@ from transformers import PreTrainedTokenizerBase
 import babyai_text
 from glam.bc.config import BOT_UNSUPPORTED_LEVELS, DemosConfig
 from glam.demos import DemoRecord, DemoWriter
+from glam.envs import record_episode
 from glam.models.loading import load_model
-from glam.policy.prompts import PromptHistory
 
 __all__ = [
     "BOT_UNSUPPORTED_LEVELS",
@@ -46,13 +46,6 @@ class BotEpisode:
     success: bool
     error: str | None = None
     """Why the bot gave up, when it did (it signals that by raising)."""
-
-
-@dataclass
-class _Decision:
-    prompt: str
-    index: int
-    word: str
 
 
 def _make_bot(env: babyai_text.TextEnv, level: str) -> BabyAIBot:
@@ -83,57 +76,35 @@ def play_bot_episode(
     Raises:
         BotUnsupportedError: the bot does not understand the level's instruction.
     """
-    obs, info = env.reset(seed=seed)
-    bot = _make_bot(env, level)
-    history = PromptHistory(nbr_obs)
-    history.reset()
-    history.add_observation(info["descriptions"])
-    mission, task_type = obs["mission"], info.get("task_type")
+    errors: list[str] = []
+    bot: BabyAIBot | None = None
     space = env.action_space_def
-    decisions: list[_Decision] = []
-    success, error = False, None
-    while True:
+
+    def choose(step: int) -> int | None:
+        nonlocal bot
+        if bot is None:  # after the reset record_episode makes
+            bot = _make_bot(env, level)
         try:
-            bot_action = int(bot.replan())
+            action = int(bot.replan())
         except Exception as bot_error:  # the bot gives up by raising (assertions, box opened...)
-            error = f"{type(bot_error).__name__}: {bot_error}"
-            break
-        if bot_action == Actions.done or bot_action not in space.minigrid_actions:
-            error = f"the bot chose minigrid action {bot_action}, which {space.name!r} lacks"
-            break
-        index = space.minigrid_actions.index(bot_action)
-        prompt = history.prompt(
-            mission,
-            env.action_words,
-            env.language,
-            prompt_format=prompt_format,
-            tokenizer=tokenizer,
-        )
-        word = space.words[index]
-        decisions.append(_Decision(prompt=prompt, index=index, word=word))
-        obs, _, terminated, truncated, info = env.step(index)
-        history.add_action(word)
-        if terminated or truncated:
-            success = bool(info["success"])
-            break
-        history.add_observation(info["descriptions"])
-    records = [
-        DemoRecord(
-            prompt=decision.prompt,
-            action=decision.word,
-            action_index=decision.index,
-            action_space=space.name,
-            mission=mission,
-            task_type=task_type,
-            level=level,
-            episode=episode,
-            seed=seed,
-            step=step,
-            success=success,
-            source="bot",
-        )
-        for step, decision in enumerate(decisions)
-    ]
+            errors.append(f"{type(bot_error).__name__}: {bot_error}")
+            return None
+        if action == Actions.done or action not in space.minigrid_actions:
+            errors.append(f"the bot chose minigrid action {action}, which {space.name!r} lacks")
+            return None
+        return space.minigrid_actions.index(action)
+
+    records, success = record_episode(
+        env,
+        choose,
+        level=level,
+        seed=seed,
+        episode=episode,
+        nbr_obs=nbr_obs,
+        prompt_format=prompt_format,
+        tokenizer=tokenizer,
+    )
+    error = errors[0] if errors else None
     return BotEpisode(records=records, success=success, error=error)
 
 

@@ -6,8 +6,10 @@ The pipeline of `scripts/probe_features.py`, one function per stage:
 1. **States.** BabyAI's bot plays episodes of a level (the demonstrations collector
    `glam.bc.bot.collect_bot_demos`, called by the script: `glam.bc` sits above evaluation, its
    success test plays through it) and `states_from_records` takes its decisions, or an existing
-   demonstrations folder is read (`read_states`); either way each decision's prompt (the
-   policy's own, `glam.policy.prompts`), the bot's action and the episode id are kept. Each
+   demonstrations folder is read (`read_states`), or an agent's evaluated episodes are
+   replayed from their seeds and actions (`read_played_episodes`: the agent's own states and
+   returns, what its critic must predict); either way each decision's prompt (the policy's
+   own, `glam.policy.prompts`), the action taken and the episode id are kept. Each
    episode is then replayed from its seed with the recorded actions (`replay_targets`), and at
    each step the mission's TARGET object is located on minigrid's grid (`target_features`): its
    offsets in the agent's egocentric frame and whether the agent sees it. The replay checks that
@@ -27,7 +29,10 @@ The pipeline of `scripts/probe_features.py`, one function per stage:
    bot's episode got from each state (`replay_returns`, `GAMMA` = PPO's 0.99): what a critic of
    the bot's policy must say, scored by R^2 on the held-out episodes (and PPO's explained
    variance, which does not count a bias), beside the training mean (R^2 at most 0) and the
-   mean return of each hand-made key (`table_value`). It says whether the features a value head reads hold the value.
+   mean return of each hand-made key (`table_value`). It says whether the features a value
+   head reads hold the value. `fit_value_head` then trains PPO's own value head
+   (`glam.policy.heads.ValueHead`) on the same states by Adam, at a given learning rate and
+   number of steps: whether the head PPO trains finds, in PPO's steps, what the ridge finds.
 
 The direction classes (`DIRECTIONS`) are what one observation can tell: the 7x7 view covers the
 agent's row and the six rows ahead, so a visible target is never behind; an unseen one is
@@ -45,10 +50,11 @@ The hand-made features are the grid's truth, for a visible target or not.
 from __future__ import annotations
 
 import difflib
+import json
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +68,8 @@ from transformers import PreTrainedTokenizerBase
 import babyai_text
 from babyai_text.env import known_level_ids
 from glam.demos import DemoRecord, demo_metadata, load_demos
+from glam.envs import record_episode
+from glam.policy.heads import ValueHead
 from glam.scoring import appends_eos, model_kind, unwrap_model
 
 __all__ = [
@@ -207,8 +215,8 @@ class ProbeStates:
     settings: dict[str, Any] = field(default_factory=dict)
     """How the states were made (collection settings, or the dataset's folder and metadata)."""
     returns: list[float] = field(default_factory=list)
-    """The discounted return the bot's episode got from each state on (`replay_returns`), what
-    a critic of the bot's policy predicts; empty where not computed."""
+    """The discounted return the episode got from each state on (`replay_returns`), what a
+    critic of the policy that played it predicts; empty where not computed."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -309,6 +317,76 @@ def read_states(path: str | Path, gamma: float = GAMMA) -> ProbeStates:
     records = [DemoRecord(**row) for row in rows]
     return states_from_records(
         records, level, space, language, settings={"source": str(path), **metadata}, gamma=gamma
+    )
+
+
+def read_played_episodes(
+    path: str | Path,
+    level: str,
+    *,
+    action_space: str,
+    nbr_obs: int,
+    prompt_format: str = "glam",
+    language: str | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    suite: str = "no_change",
+    gamma: float = GAMMA,
+) -> ProbeStates:
+    """The states an agent visited in an evaluation's episodes (`episodes.jsonl` of
+    `scripts/post_training_tests.py`, the rows of `suite`): each episode replayed from its seed
+    with its recorded actions, each decision with the prompt the policy read there, the agent's
+    action in place of the bot's, and the discounted return (`gamma`) the agent got from it:
+    what the agent's own critic must predict.
+
+    Raises:
+        ProbeInputError: no rows of `suite`, rows without seed or actions, or a replay that
+            does not end as the row says (another level, action space or env version).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ProbeInputError(f"{path}: no such file (an evaluation's episodes.jsonl)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [row for row in rows if row.get("suite", suite) == suite]
+    if not rows:
+        raise ProbeInputError(f"{path} has no episode of suite {suite!r}")
+    env = _make_env(level, action_space, language)
+    records: list[DemoRecord] = []
+    for episode, row in enumerate(rows):
+        if "seed" not in row or "actions" not in row:
+            raise ProbeInputError(f"{path}, row {episode + 1}: no 'seed' or 'actions'")
+        words = str(row["actions"]).split()
+        if not all(word.isdigit() for word in words):
+            raise ProbeInputError(
+                f"{path}, episode seed {row['seed']}: an invalid action ('-') among its actions; "
+                "only episodes of valid actions replay"
+            )
+        actions = [int(word) for word in words]
+        played, success = record_episode(
+            env,
+            lambda step, actions=actions: actions[step] if step < len(actions) else None,
+            level=level,
+            seed=int(row["seed"]),
+            episode=episode,
+            nbr_obs=nbr_obs,
+            prompt_format=prompt_format,
+            tokenizer=tokenizer,
+            source="agent",
+        )
+        if len(played) != len(actions) or success != bool(row.get("success", success)):
+            raise ProbeInputError(
+                f"{path}, episode seed {row['seed']}: replaying its {len(actions)} actions on "
+                f"{level} ({action_space}) ended after {len(played)} steps, success {success}, "
+                f"where the evaluation recorded success {row.get('success')}: was it another "
+                "level, action space or version of the env?"
+            )
+        records.extend(played)
+    return states_from_records(
+        records,
+        level,
+        action_space,
+        language,
+        settings={"source": str(path), "suite": suite, "episodes_of": "agent"},
+        gamma=gamma,
     )
 
 
@@ -678,9 +756,11 @@ def probe_states(
     seed: int = 0,
     l2: float | None = None,
     grid: Sequence[float] = L2_GRID,
+    value_heads: Sequence[HeadFit] = (),
 ) -> dict[str, Any]:
     """Every task's held-out accuracies: the majority class, the hand-made features and each
-    layer's states, with the split's and the classes' counts."""
+    layer's states, with the split's and the classes' counts; with returns, the value's held-out
+    R^2 by ridge regression and by each of `value_heads` trained on each layer's states."""
     episodes = torch.tensor(states.episodes)
     train_ids, test_ids = split_episodes(states.episodes, held_out, seed)
     train, test = _state_mask(episodes, train_ids), _state_mask(episodes, test_ids)
@@ -718,8 +798,9 @@ def probe_states(
     value = None
     if states.returns:
         returns = torch.tensor(states.returns, dtype=torch.float64)
+        whose = "the agent's" if states.settings.get("episodes_of") == "agent" else "the bot's"
         value = {
-            "target": "the bot's discounted return from the state (ProbeStates.returns)",
+            "target": f"{whose} discounted return from the state (ProbeStates.returns)",
             "train_mean": float(returns[train].mean()),
             "train_std": float(returns[train].std(unbiased=False)),
             "mean": r_squared(
@@ -733,6 +814,13 @@ def probe_states(
                     tensor, returns, episodes, train_ids, test_ids, l2=l2, grid=grid, seed=seed + 1
                 )
                 for name, tensor in feature_sets.items()
+            },
+            "heads": {
+                f"layer_{layer}": [
+                    fit_value_head(tensor, returns, episodes, train_ids, test_ids, fit, seed=seed)
+                    for fit in value_heads
+                ]
+                for layer, tensor in features.items()
             },
         }
     return {
@@ -843,6 +931,76 @@ def probe_value(
         "l2": l2,
         **result,
     }
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    """How `fit_value_head` trains a value head: PPO's own head and optimiser, without the rest
+    of PPO (no policy moving the states, no shared gradient clip)."""
+
+    lr: float
+    steps: Sequence[int] = (200, 2000)
+    """Adam steps after which the held-out fit is read (the largest is the training's length).
+    200: the steps of 25 PPO updates of the default preset (2 epochs x 4 minibatches each)."""
+    hidden_sizes: Sequence[int] = (1024, 1024)
+    activation: str = "sigmoid"
+    normalize: bool = False
+    """Standardise the input first (`policy.value_norm`), with the training states' statistics."""
+    minibatch: int = 64
+    adam_eps: float = 1e-5
+
+    @property
+    def name(self) -> str:
+        shape = "x".join(map(str, self.hidden_sizes)) or "linear"
+        norm = ", normalised" if self.normalize else ""
+        return f"{shape} {self.activation}{norm}, lr {self.lr:g}"
+
+
+def fit_value_head(
+    features: Tensor,
+    returns: Tensor,
+    episodes: Tensor,
+    train_episodes: Sequence[int],
+    test_episodes: Sequence[int],
+    fit: HeadFit,
+    *,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train a value head (`glam.policy.heads.ValueHead`, PPO's critic) on the training
+    episodes' states by Adam on the squared error, in minibatches drawn without replacement
+    (epoch after epoch), and read its held-out R^2 and explained variance after each of
+    `fit.steps`: whether the head PPO trains can learn, in PPO's number of steps, what a
+    ridge regression finds in the same features."""
+    train = _state_mask(episodes, train_episodes)
+    test = _state_mask(episodes, test_episodes)
+    x_train, y_train = features[train].float(), returns[train].float()
+    x_test, y_test = features[test].float(), returns[test].double()
+    torch.manual_seed(seed)
+    head = ValueHead(x_train.shape[1], fit.hidden_sizes, fit.activation, fit.normalize)
+    if head.norm is not None:
+        head.norm.update(x_train)
+    optimizer = torch.optim.Adam(head.parameters(), lr=fit.lr, eps=fit.adam_eps)
+    generator = torch.Generator().manual_seed(seed)
+    order, position = torch.randperm(len(x_train), generator=generator), 0
+    readings: dict[str, dict[str, float]] = {}
+    for step in range(1, max(fit.steps) + 1):
+        if position + fit.minibatch > len(order):
+            order, position = torch.randperm(len(x_train), generator=generator), 0
+        batch = order[position : position + fit.minibatch]
+        position += fit.minibatch
+        loss = (head(x_train[batch]) - y_train[batch]).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step in fit.steps:
+            with torch.no_grad():
+                head.train()  # the norm's statistics stay the training states'
+                predicted = head(x_test).double()
+            readings[str(step)] = {
+                "r2": r_squared(predicted, y_test),
+                "explained_variance": explained_variance(predicted, y_test),
+            }
+    return {"head": fit.name, "fit": asdict(fit) | {"steps": list(fit.steps)}, **readings}
 
 
 def table_value(

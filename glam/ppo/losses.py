@@ -45,13 +45,7 @@ def ppo_loss(
         -advantages * ratio, -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
     ).mean()
 
-    value_error = (new_values - returns).square()
-    if value_clip_eps is not None:
-        clipped_values = old_values + (new_values - old_values).clamp(
-            -value_clip_eps, value_clip_eps
-        )
-        value_error = torch.max(value_error, (clipped_values - returns).square())
-    value_loss = 0.5 * value_error.mean()
+    value_loss = clipped_value_loss(new_values, old_values, returns, value_clip_eps)
 
     entropy_mean = entropy.mean()
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy_mean
@@ -65,6 +59,23 @@ def ppo_loss(
             "ratio_max_deviation": (ratio - 1.0).abs().max(),
         }
     return loss, stats
+
+
+def clipped_value_loss(
+    new_values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    value_clip_eps: float | None,
+) -> torch.Tensor:
+    """PPO's value loss, `0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, +-veps) - R)^2))`,
+    or the plain squared error when `value_clip_eps` is None."""
+    value_error = (new_values - returns).square()
+    if value_clip_eps is not None:
+        clipped_values = old_values + (new_values - old_values).clamp(
+            -value_clip_eps, value_clip_eps
+        )
+        value_error = torch.max(value_error, (clipped_values - returns).square())
+    return 0.5 * value_error.mean()
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:

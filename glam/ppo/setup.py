@@ -201,16 +201,16 @@ def build_training(
         except ValueError as error:
             raise SetupError(str(error)) from None
 
-    trainable = [p for p in policy.parameters() if p.requires_grad]
+    groups = parameter_groups(policy, cfg.ppo, algorithm)
     optimizer = torch.optim.AdamW(
-        trainable,
+        groups,
         lr=cfg.ppo.lr,
         betas=tuple(cfg.ppo.adam_betas),
         eps=cfg.ppo.adam_eps,
         weight_decay=cfg.ppo.weight_decay,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: lr_factor(update, cfg.ppo, cfg.num_updates)
+        optimizer, group_lr_factors(groups, cfg.ppo, cfg.num_updates)
     )
     # The update accumulates micro-batches into one optimizer step per minibatch: set here, not
     # by the caller, so every entry point runs the same algorithm.
@@ -228,13 +228,12 @@ def build_training(
         # changed); the learning rate follows this session's config (a resumed run may lower it).
         left = -(-(cfg.train.total_frames - state.frames) // cfg.frames_per_update)
         num_updates = state.update + max(0, left)
-        scheduler.lr_lambdas = [lambda update: lr_factor(update, cfg.ppo, num_updates)] * len(
-            optimizer.param_groups
-        )
-        factor = lr_factor(state.update, cfg.ppo, num_updates)
-        scheduler.base_lrs = [cfg.ppo.lr] * len(optimizer.param_groups)
-        for group in optimizer.param_groups:
-            group["lr"] = cfg.ppo.lr * factor
+        scheduler.lr_lambdas = group_lr_factors(groups, cfg.ppo, num_updates)
+        scheduler.base_lrs = [group["base_lr"] for group in groups]
+        for group, base, factor in zip(
+            optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+        ):
+            group["lr"], group["base_lr"] = base * factor(state.update), base
     announce_resume(cfg, accelerator, run_dir, resume_from, state)
 
     config_yaml = resolved_config_yaml(cfg, accelerator, num_updates)
@@ -464,6 +463,63 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
     # or missing (`model.lora.init`)...
     except (ValueError, FileNotFoundError) as error:
         raise SetupError(str(error)) from None
+
+
+VALUE_MODULES = ("value_head", "critic")
+"""The attribute that holds a policy's critic: the language model's value head, the symbolic
+network's critic."""
+
+
+def parameter_groups(policy: torch.nn.Module, ppo: PPOConfig, algorithm: Algorithm) -> list[dict]:
+    """The optimizer's parameter groups: one of every trainable parameter at `ppo.lr`, or, when
+    `ppo.value_lr` or `ppo.value_warmup_updates` is set, the policy's and the critic's apart
+    (the critic's at `ppo.value_lr`). Each group says its `role` and `base_lr`.
+
+    Raises:
+        SetupError: a critic setting where the algorithm learns no value or the policy has no
+            critic.
+    """
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    if ppo.value_lr is None and not ppo.value_warmup_updates:
+        return [{"params": trainable, "lr": ppo.lr, "base_lr": ppo.lr, "role": "all"}]
+    critic = next((getattr(policy, name) for name in VALUE_MODULES if hasattr(policy, name)), None)
+    if not algorithm.uses_value or critic is None:
+        whose = f"algorithm.name={algorithm.name}" if critic is not None else type(policy).__name__
+        raise SetupError(
+            f"ppo.value_lr and ppo.value_warmup_updates set the critic's learning, but "
+            f"{whose} has no critic"
+        )
+    in_critic = {id(p) for p in critic.parameters()}
+    value_lr = ppo.lr if ppo.value_lr is None else ppo.value_lr
+    return [
+        {
+            "params": [p for p in trainable if id(p) not in in_critic],
+            "lr": ppo.lr,
+            "base_lr": ppo.lr,
+            "role": "policy",
+        },
+        {
+            "params": [p for p in trainable if id(p) in in_critic],
+            "lr": value_lr,
+            "base_lr": value_lr,
+            "role": "value",
+        },
+    ]
+
+
+def group_lr_factors(
+    groups: Sequence[dict], ppo: PPOConfig, num_updates: int
+) -> list[Callable[[int], float]]:
+    """Each group's learning-rate multiplier by update (`lr_factor`); the policy's is 0 during
+    the critic's warm-up (`ppo.value_warmup_updates`)."""
+
+    def scheduled(update: int) -> float:
+        return lr_factor(update, ppo, num_updates)
+
+    def after_value_warmup(update: int) -> float:
+        return 0.0 if update < ppo.value_warmup_updates else scheduled(update)
+
+    return [after_value_warmup if g["role"] == "policy" else scheduled for g in groups]
 
 
 def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:

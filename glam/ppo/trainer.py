@@ -124,7 +124,11 @@ def train(
                 t.buffer, rollout.last_values, accelerator
             )
             # 3. PPO epochs over minibatches.
-            learning_rate = t.optimizer.param_groups[0]["lr"]
+            learning_rate = t.optimizer.param_groups[0]["lr"]  # the policy's
+            rates = {}
+            for group in t.optimizer.param_groups:
+                if group.get("role") == "value":  # `ppo.value_lr` or a critic's warm-up
+                    rates["charts/value_learning_rate"] = group["lr"]
             update_start = time.perf_counter()
             stats = ppo_update(
                 t.model,
@@ -136,6 +140,7 @@ def train(
                 hooks,
                 t.clock,
                 algorithm=t.algorithm,
+                value_only=t.state.update < cfg.ppo.value_warmup_updates,
             )
             t.scheduler.step()
             update_seconds = time.perf_counter() - update_start
@@ -154,6 +159,7 @@ def train(
                 **episode_metrics(episodes),
                 "losses/explained_variance": _gathered_explained_variance(accelerator, batch),
                 "charts/learning_rate": learning_rate,
+                **rates,
                 "charts/rollout_fps": frames / rollout.seconds,
                 "charts/update_fps": frames / update_seconds,
                 "charts/fps": frames / (rollout.seconds + update_seconds),

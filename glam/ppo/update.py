@@ -28,7 +28,7 @@ from glam.ppo.buffer import Transitions, sequence_positions
 from glam.ppo.diagnostics import gradient_split
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.learner import raise_if_diverged
-from glam.ppo.losses import normalize_advantages
+from glam.ppo.losses import clipped_value_loss, normalize_advantages
 from glam.ppo.timing import PhaseClock
 
 __all__ = [
@@ -51,11 +51,14 @@ def ppo_update(
     clock: PhaseClock | None = None,
     *,
     algorithm: Algorithm | None = None,
+    value_only: bool = False,
 ) -> dict[str, float]:
     """Run `ppo.epochs` epochs of minibatch gradient steps on `batch` (this process's part).
 
     Each micro-batch's loss is the algorithm's (`glam.ppo.algorithms`; by default PPO's) plus
-    the terms `hooks` add (`TrainerHook.loss`). `clock` is charged the forwards, backwards and
+    the terms `hooks` add (`TrainerHook.loss`); with `value_only` (the critic's warm-up,
+    `ppo.value_warmup_updates`) it is `ppo.value_coef` times PPO's value loss alone, and the
+    stats are still the algorithm's. `clock` is charged the forwards, backwards and
     optimizer steps.
 
     Each process takes `minibatch_size / world_size` transitions per step, in chunks of
@@ -120,7 +123,7 @@ def ppo_update(
                 with accelerator.accumulate(model):
                     with clock.phase("forward"):
                         loss, stats = _chunk_loss(
-                            model, mb, ppo, device, hooks, recurrence, algorithm
+                            model, mb, ppo, device, hooks, recurrence, algorithm, value_only
                         )
                         raise_if_diverged(accelerator, not torch.isfinite(loss).item())
                     with clock.phase("backward"):
@@ -199,10 +202,11 @@ def _chunk_loss(
     hooks: Sequence[TrainerHook] = (),
     recurrence: int = 1,
     algorithm: Algorithm | None = None,
+    value_only: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Forward a micro-batch and return its loss (the algorithm's, PPO's by default, plus the
-    hooks' terms) and the algorithm's stats (a NaN loss if the policy's outputs are not finite:
-    the caller stops every process on it).
+    hooks' terms; with `value_only` the weighted value loss alone) and the algorithm's stats (a
+    NaN loss if the policy's outputs are not finite: the caller stops every process on it).
 
     With memory, `mb` holds sequences of `recurrence` steps, step by step (`policy_output`);
     the loss is the mean over all their steps."""
@@ -211,6 +215,12 @@ def _chunk_loss(
         return torch.tensor(float("nan")), {}
     algorithm = algorithm or PPO(AlgorithmConfig(), ppo)
     loss, stats = algorithm.loss(output, mb, device)
+    if value_only:
+        values = output.values.float()
+        returns, old_values = mb.returns.to(device), mb.values.to(device)
+        return ppo.value_coef * clipped_value_loss(
+            values, old_values, returns, ppo.value_clip_eps
+        ), stats
     for hook in hooks:
         term = hook.loss(output, mb)
         if term is not None:
