@@ -282,6 +282,9 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
         probes = value["probes"]
         cells = [value["mean"], probes["hand_made"]["r2"], value["hand_made_table"]]
         cells += [probes[f"layer_{layer}"]["r2"] for layer in layers]
+        if "step_r2" in value:
+            columns += ["the step (not in the prompt)", "hand-made and the step"]
+            cells += [value["step_r2"], value["hand_made_and_step_r2"]]
         lines += [
             "",
             f"| held-out R^2 of {value['target'].split(' from')[0]} | "
@@ -297,6 +300,7 @@ def table(report: dict[str, Any], layers: list[int]) -> str:
                     f"| {fit['head']}, {steps} steps | | | | "
                     + " | ".join(f"{cell[str(steps)]['r2']:.3f}" for cell in cells)
                     + " |"
+                    + " |" * (len(columns) - 3 - len(layers))  # the step's columns
                 )
     lines += [
         "",

@@ -325,6 +325,11 @@ def test_the_value_probe_reads_returns_from_features_that_hold_them() -> None:
     assert value["probes"]["layer_2"]["r2"] > 0.99
     assert value["probes"]["layer_1"]["r2"] < 0.5
     assert value["mean"] <= 0.0 and "validation_r2" in value["probes"]["layer_1"]
+    # Returns set by the step alone: the step's control explains them, the noise does not.
+    states.returns = [0.9 - 0.01 * step + 0.001 * step * step for step in states.steps]
+    value = probe_states(states, {1: noise}, held_out=0.25, seed=0)["value"]
+    assert value["step_r2"] > 0.999 and value["hand_made_and_step_r2"] > 0.99
+    assert value["probes"]["layer_1"]["r2"] < 0.5
 
 
 def _evaluation_of(records, folder: Path, nbr_obs: int = 1) -> Path:
@@ -361,6 +366,7 @@ def test_played_episodes_replay_to_the_same_decisions_and_returns(tmp_path: Path
     assert played.prompts == bot.prompts and played.actions == bot.actions
     assert played.returns == bot.returns and played.targets == bot.targets
     assert played.settings["episodes_of"] == "agent"
+    assert played.steps == [record.step for record in records]
     assert "the agent's" in probe_states(played, {}, held_out=0.34, seed=0)["value"]["target"]
     # A row that the replay does not end as recorded, or an invalid action, is refused.
     rows = (folder / "episodes.jsonl").read_text().splitlines()

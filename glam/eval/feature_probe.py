@@ -217,6 +217,9 @@ class ProbeStates:
     returns: list[float] = field(default_factory=list)
     """The discounted return the episode got from each state on (`replay_returns`), what a
     critic of the policy that played it predicts; empty where not computed."""
+    steps: list[int] = field(default_factory=list)
+    """Each state's step in its episode (0 first): what a prompt of one observation does not
+    show; empty where not known."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -290,6 +293,7 @@ def states_from_records(
         action_words=list(env.action_words),
         settings=dict(settings or {}),
         returns=replay_returns(records, level, action_space, language, gamma),
+        steps=[record.step for record in records],
     )
 
 
@@ -809,6 +813,7 @@ def probe_states(
             "hand_made_table": table_value(
                 table_keys[train], returns[train], table_keys[test], returns[test]
             ),
+            **_time_controls(states, returns, train, test),
             "probes": {
                 name: probe_value(
                     tensor, returns, episodes, train_ids, test_ids, l2=l2, grid=grid, seed=seed + 1
@@ -836,6 +841,26 @@ def probe_states(
         "feature_statistics": {
             f"layer_{layer}": feature_statistics(tensor) for layer, tensor in features.items()
         },
+    }
+
+
+def _time_controls(
+    states: ProbeStates, returns: Tensor, train: Tensor, test: Tensor
+) -> dict[str, float]:
+    """Held-out R^2 of what the prompt does not show: a ridge regression (next to no penalty)
+    on the state's step (`t`, `t^2`), alone and beside the hand-made features. Where the step
+    explains the return and the prompt's features do not, a critic that reads the prompt cannot
+    explain it either (the return depends on the time left, as in Pardo et al. 2018)."""
+    if len(states.steps) != len(states):
+        return {}
+    t = torch.tensor(states.steps, dtype=torch.float64)
+    time = torch.stack([t, t * t], 1)
+    both = torch.cat([states.hand_made(), time], 1)
+    return {
+        f"{name}_r2": r_squared(
+            fit_ridge(x[train], returns[train], 1e-3).predict(x[test]), returns[test]
+        )
+        for name, x in (("step", time), ("hand_made_and_step", both))
     }
 
 
