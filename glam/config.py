@@ -278,6 +278,13 @@ class PolicyConfig:
     holds a few large, nearly constant dimensions that dwarf what differs between states."""
     value_from_base: bool = False
     """Compute the value from the base model with the adapter off (TWOSOME) instead of sharing."""
+    value_time: bool = False
+    """The value head also reads how much of its time limit the episode has used (step /
+    max_steps), which a prompt does not show: BabyAI's reward shrinks with the episode's length
+    and a time-out pays 0, so the same view is worth less late in an episode (Pardo et al., 2018,
+    "Time limits in reinforcement learning"). The policy's scores do not read it. On the
+    GoToRedBall agent's own states the step alone explains R^2 0.35 of the return where the
+    prompt's features explain none (docs/diagnosis_gotoredball.md, section 7)."""
     prompt_format: str = "glam"
     """`glam`: the original text format; `chat`: the model's chat template around it; `balrog`
     (`kind=generate` only): BALROG's dialogue, the episode's last `generate.max_history`
@@ -296,6 +303,11 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         check_choice("policy.kind", self.kind, ("llm", "generate", "symbolic", "drrn"))
         check_choice("policy.head", self.head, ("scoring", "action_heads"))
+        if self.value_time and self.kind != "llm":
+            raise ValueError(
+                f"policy.value_time=true applies to the scoring agent (policy.kind=llm), not to "
+                f"policy.kind={self.kind}"
+            )
         if not self.temperature > 0:
             raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
         check_choice("policy.normalization", self.normalization, ("sum", "token", "word"))

@@ -160,6 +160,8 @@ class EnvRunner:
         self.action_words: list[str] = list(self.envs.action_words)
         self.histories = [PromptHistory(env_cfg.nbr_obs) for _ in range(num_envs)]
         self._prompt_format = policy_cfg.prompt_format
+        self._elapsed = policy_cfg.value_time
+        """Give the policy each episode's elapsed time (`policy.value_time`)."""
         self._tokenizer = tokenizer
         self.missions: list[str] = [""] * num_envs
         self._level, self._action_space = env_cfg.name, env_cfg.action_space
@@ -240,7 +242,17 @@ class EnvRunner:
         """What the policy reads in every env now."""
         if self.observation_kind == "grid":
             return GridObservations.from_minigrid(self._observations)
-        return TextObservations(self.prompts(), self.candidates())
+        elapsed = None
+        if self._elapsed:
+            elapsed = [self._elapsed_share(env) for env in self.envs.envs]
+        return TextObservations(self.prompts(), self.candidates(), elapsed=elapsed)
+
+    @staticmethod
+    def _elapsed_share(env: Any) -> float:
+        """The share of its time limit the env's current episode has used (minigrid's
+        `step_count / max_steps`)."""
+        base = env.unwrapped
+        return base.step_count / base.max_steps
 
     def final_observations(self) -> tuple[list[int], Observations | None]:
         """After `step`: the envs whose episode the time limit cut at that step, and what the
@@ -250,8 +262,11 @@ class EnvRunner:
             return [], None
         if self.observation_kind == "grid":
             return envs, GridObservations.from_minigrid([self._final_observations[i] for i in envs])
+        # The time limit cut them: their final state has used all of it.
         return envs, TextObservations(
-            [self.final_prompts[i] for i in envs], [self.action_words] * len(envs)
+            [self.final_prompts[i] for i in envs],
+            [self.action_words] * len(envs),
+            elapsed=[1.0] * len(envs) if self._elapsed else None,
         )
 
     def step(

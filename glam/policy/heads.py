@@ -105,15 +105,29 @@ class ValueHead(nn.Module):
         hidden_sizes: Sequence[int] = (1024, 1024),
         activation: str = "sigmoid",
         normalize: bool = False,
+        time: bool = False,
     ) -> None:
         super().__init__()
         self.norm = RunningNorm(hidden_size) if normalize else None
-        self.net = mlp(hidden_size, hidden_sizes, 1, activation)
+        self.time = time
+        """Read the episode's elapsed share of its time limit beside the state
+        (`policy.value_time`): one more input, after the norm."""
+        self.net = mlp(hidden_size + int(time), hidden_sizes, 1, activation)
 
-    def forward(self, hidden: Tensor) -> Tensor:
+    def forward(self, hidden: Tensor, elapsed: Tensor | None = None) -> Tensor:
+        """`elapsed` `(B,)`: the share of its time limit each state's episode has used, read
+        by a head with `time` (required there, ignored otherwise)."""
         if self.norm is not None:
             with torch.autocast(device_type=hidden.device.type, enabled=False):
                 hidden = self.norm(hidden.float())
+        if self.time:
+            if elapsed is None:
+                raise ValueError(
+                    "this value head reads the episode's elapsed time (policy.value_time=true), "
+                    "and none was given"
+                )
+            elapsed = elapsed.to(hidden.device, torch.float32).reshape(-1, 1)
+            hidden = torch.cat([hidden.float(), elapsed], dim=1)
         return run_fp32(self.net, hidden).squeeze(-1)
 
 

@@ -69,6 +69,8 @@ SETTINGS_BEFORE_THEIR_FIELD: dict[str, dict[str, Any]] = {
         "kind": "llm",
         # Added with False as its default; the value head read its input as it was before.
         "value_norm": False,
+        # Added with False as its default; the value head read the state alone before.
+        "value_time": False,
     },
     "model": {
         # Added with True as its default; the base model's dropout was left on before.
@@ -124,8 +126,9 @@ class LLMActorCritic(nn.Module):
         """Where the frozen trunk ends once `enable_trunk_cache` was called; None: off."""
         hidden_size = unwrap_model(model).config.get_text_config().hidden_size
         self.value_head = ValueHead(
-            hidden_size, cfg.value_hidden_sizes, cfg.value_activation, cfg.value_norm
-        )
+            hidden_size, cfg.value_hidden_sizes, cfg.value_activation, cfg.value_norm,
+            time=cfg.value_time,
+        )  # fmt: skip
         self.action_heads = (
             ActionHeads(
                 hidden_size, len(self.action_words), cfg.value_hidden_sizes, cfg.value_activation
@@ -220,11 +223,15 @@ class LLMActorCritic(nn.Module):
         prompts: list[str],
         candidates: list[list[str]] | None = None,
         trunk: Sequence[TrunkStates] | None = None,
+        elapsed: Sequence[float] | None = None,
     ) -> PolicyOutput:
         """Action logits and values for a batch of prompts.
 
         `candidates[i]` are the actions available after `prompts[i]` (ragged lists allowed with
-        `head="scoring"`); None means the action words for every prompt.
+        `head="scoring"`); None means the action words for every prompt. `elapsed[i]`: the
+        share of its time limit the episode of `prompts[i]` has used, which the value head reads
+        with `policy.value_time` (an evaluation, which needs no value, may leave it out: the
+        values are then those of an episode's first step).
 
         Once `enable_trunk_cache` was called, a forward without `trunk` returns the frozen
         trunk's states of each prompt (`PolicyOutput.trunk`); a forward given them back as
@@ -273,9 +280,13 @@ class LLMActorCritic(nn.Module):
         if kept is not None:
             bases = hidden.detach() if cfg.value_from_base else [None] * len(kept)
             kept_trunk = [TrunkStates(h, b) for h, b in zip(kept, bases, strict=True)]
+        if cfg.value_time and elapsed is None:
+            elapsed = [0.0] * len(prompts)
         return PolicyOutput(
             logits=logits,
-            values=self.value_head(hidden),
+            values=self.value_head(
+                hidden, None if elapsed is None else torch.tensor(elapsed, dtype=torch.float32)
+            ),
             mask=mask,
             trunk=kept_trunk,
             features=hidden,

@@ -26,6 +26,9 @@ class TextObservations:
     trunk: list[TrunkStates] | None = None
     """What the policy's frozen trunk computed for each prompt in the rollout (`glam.trunk`),
     handed back to it in the update; None: the policy computes everything again."""
+    elapsed: list[float] | None = None
+    """The share of its time limit each prompt's episode has used, for a value head that reads
+    it (`policy.value_time`); None: not given to the policy."""
 
     kind = "text"
 
@@ -38,23 +41,27 @@ class TextObservations:
             [self.prompts[i] for i in positions],
             [self.candidates[i] for i in positions],
             None if self.trunk is None else [self.trunk[i] for i in positions],
+            None if self.elapsed is None else [self.elapsed[i] for i in positions],
         )
 
     @classmethod
     def cat(cls, parts: Sequence[TextObservations]) -> TextObservations:
-        """The parts one after the other (with the trunk states only if every part has them)."""
+        """The parts one after the other (with the trunk states, or the elapsed times, only if
+        every part has them)."""
         trunks = [part.trunk for part in parts]
+        times = [part.elapsed for part in parts]
         return cls(
             [p for part in parts for p in part.prompts],
             [c for part in parts for c in part.candidates],
             None if any(t is None for t in trunks) else [s for t in trunks for s in t],
+            None if any(t is None for t in times) else [e for t in times for e in t],
         )
 
     def with_trunk(self, trunk: list[TrunkStates] | None) -> TextObservations:
         """The same observations carrying `trunk` (one per prompt)."""
         if trunk is not None and len(trunk) != len(self.prompts):
             raise ValueError(f"{len(trunk)} trunk states for {len(self.prompts)} prompts")
-        return TextObservations(self.prompts, self.candidates, trunk)
+        return TextObservations(self.prompts, self.candidates, trunk, self.elapsed)
 
     @property
     def trunk_nbytes(self) -> int:
@@ -66,6 +73,8 @@ class TextObservations:
         inputs: dict[str, Any] = {"prompts": self.prompts, "candidates": self.candidates}
         if self.trunk is not None:
             inputs["trunk"] = self.trunk
+        if self.elapsed is not None:
+            inputs["elapsed"] = self.elapsed
         return inputs
 
 
