@@ -388,7 +388,7 @@ def test_the_value_head_learns_a_linear_return_at_a_working_rate_and_not_at_a_ti
     train, test = list(range(300)), list(range(300, 400))
     linear = HeadFit(lr=1e-2, steps=(10, 600), hidden_sizes=(), normalize=True)
     fitted = fit_value_head(x, returns, episodes, train, test, linear)
-    assert fitted["head"] == "linear sigmoid, normalised, lr 0.01"
+    assert fitted["head"] == "linear, normalised, lr 0.01"
     assert fitted["600"]["r2"] > 0.95 and fitted["600"]["r2"] > fitted["10"]["r2"]
     assert fitted["600"]["explained_variance"] > 0.95
     # PPO's default head at a tiny rate stays near its start: no better than the mean.
@@ -534,7 +534,7 @@ def test_script_probes_a_runs_own_played_states(tiny_run: Path, tmp_path: Path) 
     fits = result["value"]["heads"]["layer_2"]
     assert [fit["head"] for fit in fits] == [
         "1024x1024 sigmoid, lr 0.001",
-        "linear sigmoid, normalised, lr 0.001",
+        "linear, normalised, lr 0.001",
     ]
     assert set(fits[0]) == {"head", "fit", "3", "6"}
     # The evaluation played with one observation, the run was trained with two: refused.

@@ -976,9 +976,10 @@ class HeadFit:
 
     @property
     def name(self) -> str:
-        shape = "x".join(map(str, self.hidden_sizes)) or "linear"
+        widths = "x".join(map(str, self.hidden_sizes))
+        shape = f"{widths} {self.activation}" if widths else "linear"  # no activation to name
         norm = ", normalised" if self.normalize else ""
-        return f"{shape} {self.activation}{norm}, lr {self.lr:g}"
+        return f"{shape}{norm}, lr {self.lr:g}"
 
 
 def fit_value_head(
