@@ -541,6 +541,12 @@ class TrainConfig:
     probe_every: int = 0
     """Every this many updates, score GLAM's fixed probe prompts (`glam.probe`) and append the
     action probabilities to probe.csv (LLM policies; 0: off)."""
+    init_policy: str = ""
+    """A saved policy folder PPO starts from (a clone's `clone.output_dir/policy`, a run's
+    `checkpoints/update_N/policy`): its model weights (adapter and base, or the whole model) and
+    action heads; the critic starts untrained. It must be the same kind of policy (actions,
+    head, temperature, score normalisation, prompt format, adapter or whole model, pretrained or
+    not). Empty: the model as `model` builds it. A resumed run reads its checkpoint instead."""
     label: str = ""
     """Name of the run's variant in comparisons (`scripts/compare_runs.py` groups runs by it);
     empty: the preset's name (`--config-name`), written into the run's config.yaml."""
@@ -654,6 +660,16 @@ class CoreRunConfig:
             raise ValueError(
                 f"train.probe_every={self.train.probe_every}: the action-probability probe is "
                 f"for language-model policies, not policy.kind={self.policy.kind!r}; set it to 0"
+            )
+        if self.train.init_policy and self.policy.kind != "llm":
+            raise ValueError(
+                f"train.init_policy={self.train.init_policy!r} starts a language-model policy "
+                f"from a saved one, not policy.kind={self.policy.kind!r}; leave it empty"
+            )
+        if self.train.init_policy and self.model.lora.init:
+            raise ValueError(
+                f"train.init_policy={self.train.init_policy!r} and model.lora.init="
+                f"{self.model.lora.init!r} both give the starting weights: keep one"
             )
         if self.frames_per_update % self.ppo.minibatch_size:
             raise ValueError(

@@ -503,6 +503,54 @@ class LLMActorCritic(nn.Module):
         _load_heads(policy, path / HEADS_FILE)
         return policy
 
+    def start_from(self, path: str | Path, *, trust_remote_code: bool = False) -> None:
+        """Take the acting weights of the policy saved in `path` (`save_pretrained`): the model
+        (adapter and base, or the whole model) and the action heads; the value head stays this
+        policy's own, untrained. A warm start of PPO from a clone (`train.init_policy`), for
+        every head and model kind: an adapter alone is `model.lora.init`.
+
+        The saved policy must act as this one would with its weights: the same actions, head,
+        temperature, score normalisation and prompt format, the same kind of weights (adapter or
+        whole model) on a model pretrained or not alike.
+
+        Raises:
+            CheckpointError: a file of the folder is missing, truncated or malformed.
+            ValueError: the saved policy is another kind of policy (the message lists how), or
+                its weights are shaped otherwise.
+        """
+        path = Path(path)
+        meta = _read_meta(path / CONFIG_FILE)
+        saved_policy = {**SETTINGS_BEFORE_THEIR_FIELD["policy"], **meta["policy"]}
+        ours = asdict(self.policy_cfg)
+        differences = [
+            f"policy.{key}={saved_policy.get(key)!r} there, {ours[key]!r} here"
+            for key in ("head", "temperature", "normalization", "prompt_format")
+            if saved_policy.get(key) != ours[key]
+        ]
+        if meta["action_words"] != self.action_words:
+            differences.append(f"actions {meta['action_words']} there, {self.action_words} here")
+        kinds = {True: "a LoRA adapter", False: "the whole model"}
+        adapter_there, adapter_here = meta["weights"] != "full", isinstance(self.model, PeftModel)
+        if adapter_there != adapter_here:
+            differences.append(f"{kinds[adapter_there]} there, {kinds[adapter_here]} here")
+        pretrained = (meta["model"] or {}).get("pretrained", True)
+        if self.model_cfg is not None and pretrained != self.model_cfg.pretrained:
+            differences.append(
+                f"model.pretrained={pretrained} there, {self.model_cfg.pretrained} here"
+            )
+        if differences:
+            raise ValueError(f"{path} holds another kind of policy: {'; '.join(differences)}")
+        saved = LLMActorCritic.from_pretrained(path, trust_remote_code=trust_remote_code)
+        try:
+            self.model.load_state_dict(saved.model.state_dict())
+            if self.action_heads is not None:
+                self.action_heads.load_state_dict(saved.action_heads.state_dict())
+        except RuntimeError as error:  # missing or unexpected keys, other shapes
+            first = str(error).strip().splitlines()[0]
+            raise ValueError(
+                f"{path}: its weights do not fit this policy's model: {first}"
+            ) from None
+
 
 WEIGHTS_KINDS = ("full", "adapter", "adapter+base")
 """What a policy folder holds: the whole model (`model/`), a LoRA adapter on a base named by the

@@ -177,6 +177,10 @@ def build_training(
         policy = make_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
     except CheckpointError as error:  # a policy file the checks could not judge (its content)
         raise SetupError(f"cannot resume from {resume_from}: {error}") from None
+    if cfg.train.init_policy and resume_from is None:
+        accelerator.print(
+            f"[glam] policy weights from {cfg.train.init_policy} (the critic starts untrained)"
+        )
     set_seed(cfg.train.seed, device_specific=True)
     cache_trunk = resolve_trunk_cache(cfg, policy, accelerator)
     try:
@@ -429,7 +433,8 @@ has memory: it is also passed `memory=` `(batch, memory_size)` and returns the n
 
 def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
     """The language-model actor-critic of the config; with a checkpoint, its trained adapter
-    and heads (the default `PolicyFactory`)."""
+    and heads; otherwise, with `train.init_policy`, a saved policy's acting weights (the
+    default `PolicyFactory`)."""
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
     except ValueError as error:
@@ -454,7 +459,9 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
                 trust_remote_code=cfg.model.trust_remote_code,
                 training_env=cfg.env,
             )
-        return LLMActorCritic.from_config(cfg.model, cfg.policy, action_words, training_env=cfg.env)
+        policy = LLMActorCritic.from_config(
+            cfg.model, cfg.policy, action_words, training_env=cfg.env
+        )
     except ModelNotFoundError as error:
         raise SetupError(f"model.name_or_path={cfg.model.name_or_path!r}: {error}") from None
     except CheckpointError as error:
@@ -463,6 +470,12 @@ def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Mo
     # or missing (`model.lora.init`)...
     except (ValueError, FileNotFoundError) as error:
         raise SetupError(str(error)) from None
+    if cfg.train.init_policy:
+        try:
+            policy.start_from(cfg.train.init_policy, trust_remote_code=cfg.model.trust_remote_code)
+        except (CheckpointError, ModelNotFoundError, ValueError) as error:
+            raise SetupError(f"train.init_policy: {error}") from None
+    return policy
 
 
 VALUE_MODULES = ("value_head", "critic")
