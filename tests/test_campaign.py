@@ -48,13 +48,19 @@ def test_every_campaign_file_loads_checks_and_renders_valid_bash(
     campaign = glam_campaign.load_campaign(path)
     jobs = glam_campaign.plan_jobs(campaign, tmp_path)
     assert jobs
-    # Every arm's config fits its script's schema: the jobs of the first seed (the other seeds'
-    # differ only in train.seed and their folders; composing each costs 0.1 s of Hydra, and
-    # `launch_campaign.py` checks every job before it starts any).
+    # Every arm's config fits its script's schema: the training jobs of the first seed (the
+    # other seeds' differ only in train.seed and their folders), and the first arm's evaluation
+    # of each level (the others differ only in the run they read). Composing a config costs
+    # 0.2-0.4 s of Hydra, and `launch_campaign.py` checks every job before it starts any.
     seed = f"seed-{campaign.seeds[0]} "
     first = [job for job in jobs if job.label.startswith(seed) or f"_{seed}" in job.label]
     assert first and len(first) * len(campaign.seeds) == len(jobs)
-    assert glam_campaign.check_jobs(first) == []
+    train = [job for job in first if job.after is None]
+    evaluations = [job for job in first if job.after is not None]
+    levels = len(campaign.evaluation.levels) if campaign.evaluation else 0
+    assert len(evaluations) == len(train) * levels
+    checked = train + evaluations[:levels]
+    assert glam_campaign.check_jobs(checked) == []
     for job in jobs:
         check = subprocess.run(["bash", "-n"], input=job.script, text=True, capture_output=True)
         assert check.returncode == 0, f"{job.label}: {check.stderr}"
