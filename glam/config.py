@@ -544,9 +544,10 @@ class TrainConfig:
     init_policy: str = ""
     """A saved policy folder PPO starts from (a clone's `clone.output_dir/policy`, a run's
     `checkpoints/update_N/policy`): its model weights (adapter and base, or the whole model) and
-    action heads; the critic starts untrained. It must be the same kind of policy (actions,
-    head, temperature, score normalisation, prompt format, adapter or whole model, pretrained or
-    not). Empty: the model as `model` builds it. A resumed run reads its checkpoint instead."""
+    action heads, or the symbolic network but its critic; the critic starts untrained. It must
+    be the same kind of policy (actions, head, temperature, score normalisation, prompt format,
+    adapter or whole model, pretrained or not; the same `symbolic` settings). Empty: the model
+    as `model` builds it. A resumed run reads its checkpoint instead."""
     label: str = ""
     """Name of the run's variant in comparisons (`scripts/compare_runs.py` groups runs by it);
     empty: the preset's name (`--config-name`), written into the run's config.yaml."""
@@ -661,10 +662,11 @@ class CoreRunConfig:
                 f"train.probe_every={self.train.probe_every}: the action-probability probe is "
                 f"for language-model policies, not policy.kind={self.policy.kind!r}; set it to 0"
             )
-        if self.train.init_policy and self.policy.kind != "llm":
+        if self.train.init_policy and self.policy.kind not in ("llm", "symbolic"):
             raise ValueError(
-                f"train.init_policy={self.train.init_policy!r} starts a language-model policy "
-                f"from a saved one, not policy.kind={self.policy.kind!r}; leave it empty"
+                f"train.init_policy={self.train.init_policy!r} starts a language-model or "
+                f"symbolic policy from a saved one, not policy.kind={self.policy.kind!r}; leave "
+                "it empty"
             )
         if self.train.init_policy and self.model.lora.init:
             raise ValueError(

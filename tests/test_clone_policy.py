@@ -153,7 +153,7 @@ def test_bad_input_is_refused(tiny: Path, demos: Path, tmp_path: Path) -> None:
     with pytest.raises(DemoDatasetError, match="prompt_format"):
         clone_policy(run)
     with pytest.raises(ValueError, match="policy.kind"):
-        CloneRunConfig(policy=PolicyConfig(kind="symbolic"))
+        CloneRunConfig(policy=PolicyConfig(kind="drrn"))
 
     done = clone_policy(_run(tiny, demos, tmp_path / "out"))
     with pytest.raises(OutputExistsError, match="clone.overwrite"):

@@ -129,7 +129,7 @@ def test_another_kind_of_policy_is_refused(tmp_path: Path) -> None:
 def test_the_settings_that_cannot_go_together_are_refused() -> None:
     run = {"model": {"name_or_path": "tiny-random-llama"}, "train": {"init_policy": "a/policy"}}
     with pytest.raises(ConfigError, match="leave it empty"):
-        validate_config({**run, "policy": {"kind": "symbolic"}}, TrainingRunConfig)
+        validate_config({**run, "policy": {"kind": "drrn"}}, TrainingRunConfig)
     with pytest.raises(ConfigError, match="keep one"):
         validate_config({**run, "model": {"lora": {"init": "a/policy/adapter"}}}, TrainingRunConfig)
 

@@ -318,10 +318,35 @@ class SymbolicActorCritic(nn.Module):
         policy.training_env = env_record(training_env) or meta.get("env")
         return policy
 
+    def start_from(self, path: str | Path) -> None:
+        """Take the acting weights of the network saved in `path` (`save_pretrained`: a clone's
+        `clone.output_dir/policy`, a run's checkpoint policy): everything but the critic, which
+        stays this network's own, untrained. A warm start of PPO (`train.init_policy`).
+
+        Raises:
+            CheckpointError: a file of the folder is missing, truncated or malformed.
+            ValueError: the saved network is another one (its `symbolic` settings or its
+                actions differ: the message lists how).
+        """
+        saved = SymbolicActorCritic.from_pretrained(path)
+        ours, theirs = asdict(self.cfg), asdict(saved.cfg)
+        differences = [
+            f"symbolic.{key}={theirs[key]!r} there, {ours[key]!r} here"
+            for key in ours
+            if theirs[key] != ours[key]
+        ]
+        if saved.action_words != self.action_words:
+            differences.append(f"actions {saved.action_words} there, {self.action_words} here")
+        if differences:
+            raise ValueError(f"{path} holds another network: {'; '.join(differences)}")
+        acting = {k: v for k, v in saved.state_dict().items() if not k.startswith("critic.")}
+        self.load_state_dict(acting, strict=False)
+
 
 def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
     """The PPO trainer's `PolicyFactory` for `policy.kind=symbolic`: a fresh network of the
-    `symbolic` settings over the env's actions, or the one saved in `checkpoint / "policy"`."""
+    `symbolic` settings over the env's actions (with `train.init_policy`, the acting weights of
+    a saved one and a fresh critic), or the one saved in `checkpoint / "policy"`."""
     try:
         action_words = list(resolve_action_space(cfg.env.action_space).words)
     except ValueError as error:
@@ -330,6 +355,11 @@ def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
         return resume_symbolic_policy(cfg, checkpoint)
     policy = SymbolicActorCritic(cfg.symbolic, action_words)
     policy.training_env = env_record(cfg.env)
+    if cfg.train.init_policy:
+        try:
+            policy.start_from(cfg.train.init_policy)
+        except (CheckpointError, ValueError) as error:
+            raise SetupError(f"train.init_policy: {error}") from None
     return policy
 
 

@@ -11,6 +11,11 @@ policy: `LLMActorCritic.save_pretrained` writes it, the evaluation harness plays
 
 With LoRA on the top layers only, the frozen trunk's states of each pair are computed once
 (`glam.trunk`) and every epoch runs only the adapted layers, as PPO's update does.
+
+The same demonstrations clone BabyAI's symbolic network (`policy.kind=symbolic`): each episode is
+replayed from its seed with its recorded actions to find the grid the network reads at each
+decision (checked against the prompt recorded there), so that the symbolic agent and the
+language-model agents learn from the very same decisions, split alike.
 """
 
 from __future__ import annotations
@@ -27,19 +32,29 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from omegaconf import OmegaConf
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import get_scheduler
 
+import babyai_text
+from glam.baselines.symbolic import SymbolicActorCritic
 from glam.bc.config import CloneConfig, CloneRunConfig
 from glam.bc.sft import dataset_action_space, split_pairs
 from glam.config import EnvConfig
 from glam.demos import DemoDatasetError, demo_metadata, load_demos
 from glam.outputs import mark
+from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
-from glam.policy.observations import TextObservations
+from glam.policy.observations import GridObservations, TextObservations
 
-__all__ = ["CloneResult", "DecisionSet", "clone_policy", "measure", "split_decisions"]
+__all__ = [
+    "CloneResult",
+    "DecisionSet",
+    "clone_policy",
+    "measure",
+    "replay_grids",
+    "split_decisions",
+]
 
 WRITER = "clone_policy"
 SUMMARY_FILE = "clone.json"
@@ -52,7 +67,7 @@ class DecisionSet:
     """Demonstrated decisions as the policy reads them: prompts, candidates (the trunk states
     once computed) and the index of the demonstrated action among the candidates."""
 
-    observations: TextObservations
+    observations: TextObservations | GridObservations
     targets: Tensor
     """`(decisions,)` long."""
 
@@ -62,11 +77,80 @@ class DecisionSet:
     @classmethod
     def from_pairs(cls, pairs: Dataset, action_words: tuple[str, ...]) -> DecisionSet:
         prompts = list(pairs["prompt"])
-        targets = torch.tensor([action_words.index(a) for a in pairs["action"]], dtype=torch.long)
-        return cls(TextObservations(prompts, [list(action_words)] * len(prompts)), targets)
+        return cls(
+            TextObservations(prompts, [list(action_words)] * len(prompts)),
+            _targets(pairs, action_words),
+        )
 
-    def batch(self, positions: list[int]) -> tuple[TextObservations, Tensor]:
+    @classmethod
+    def grid_from_pairs(
+        cls, pairs: Dataset, action_words: tuple[str, ...], language: str | None = None
+    ) -> DecisionSet:
+        """The decisions as the symbolic network reads them: the grid at each, found by
+        replaying its episode (`replay_grids`)."""
+        return cls(replay_grids(pairs, language), _targets(pairs, action_words))
+
+    def batch(self, positions: list[int]) -> tuple[TextObservations | GridObservations, Tensor]:
         return self.observations.select(positions), self.targets[positions]
+
+
+def _targets(pairs: Dataset, action_words: tuple[str, ...]) -> Tensor:
+    return torch.tensor([action_words.index(a) for a in pairs["action"]], dtype=torch.long)
+
+
+def replay_grids(pairs: Dataset, language: str | None = None) -> GridObservations:
+    """minigrid's observation at each of `pairs`' decisions, in their order: each episode reset
+    with its seed and stepped with its recorded actions (`action_index`, in step order).
+
+    Raises:
+        DemoDatasetError: a column the replay needs is missing, the pairs mix levels or action
+            spaces, an episode's steps are not 0, 1, 2..., or the replay does not show what the
+            recorded prompt shows (another env, or another version of it).
+    """
+    needed = {"level", "action_space", "episode", "seed", "step", "action_index", "mission"}
+    missing = sorted(needed - set(pairs.column_names))
+    if missing:
+        raise DemoDatasetError(
+            f"the demonstrations have no {missing} column: the grid at each "
+            "decision is found by replaying its episode from its seed"
+        )
+    levels, spaces = set(pairs["level"]), set(pairs["action_space"])
+    if len(levels) != 1 or len(spaces) != 1:
+        raise DemoDatasetError(
+            f"the demonstrations mix levels {sorted(levels)} or action spaces {sorted(spaces)}: "
+            "the symbolic network is cloned on one level and action space at a time"
+        )
+    env = babyai_text.make(levels.pop(), action_space=spaces.pop(), language=language)
+    rows = pairs.select_columns(sorted(needed | {"prompt"})).to_list()
+    by_episode: dict[int, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_episode.setdefault(row["episode"], []).append(index)
+    seen: list[dict | None] = [None] * len(rows)
+    try:
+        for episode, indices in by_episode.items():
+            indices.sort(key=lambda i: rows[i]["step"])
+            if [rows[i]["step"] for i in indices] != list(range(len(indices))):
+                raise DemoDatasetError(
+                    f"episode {episode}: its steps are not 0, 1, 2...: the replay needs every "
+                    "action from the episode's start"
+                )
+            obs, info = env.reset(seed=rows[indices[0]]["seed"])
+            for position, index in enumerate(indices):
+                row = rows[index]
+                if obs["mission"] != row["mission"] or not all(
+                    f" {sentence}," in row["prompt"] for sentence in info["descriptions"]
+                ):
+                    raise DemoDatasetError(
+                        f"episode {episode} (seed {row['seed']}) step {row['step']}: replaying "
+                        "its actions does not reproduce its prompt; were the demonstrations "
+                        "recorded with another level, action space or version of the env?"
+                    )
+                seen[index] = obs
+                if position + 1 < len(indices):
+                    obs, _, _, _, info = env.step(row["action_index"])
+    finally:
+        env.close()
+    return GridObservations.from_minigrid(seen)  # type: ignore[arg-type]  # all filled above
 
 
 @dataclass
@@ -103,10 +187,6 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
             f"policy.prompt_format={run.policy.prompt_format!r}: set it to {prompt_format}"
         )
     train_pairs, eval_pairs = split_decisions(pairs, clone)
-    train = DecisionSet.from_pairs(train_pairs, space.words)
-    held_out = DecisionSet.from_pairs(eval_pairs, space.words)
-
-    torch.manual_seed(clone.seed)  # the adapter's and the heads' initialisation
     levels = sorted(set(pairs["level"])) if "level" in pairs.column_names else []
     env = EnvConfig(
         name=levels[0] if len(levels) == 1 else EnvConfig.name,
@@ -114,8 +194,21 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
         action_space=space.name,
         language=str(collected_with.get("language") or "en"),
     )
-    policy = LLMActorCritic.from_config(run.model, run.policy, space.words, training_env=env)
-    if clone.cache_trunk:
+    policy: LLMActorCritic | SymbolicActorCritic
+    if run.policy.kind == "symbolic":
+        train, held_out = (
+            DecisionSet.grid_from_pairs(part, space.words, collected_with.get("language"))
+            for part in (train_pairs, eval_pairs)
+        )
+        torch.manual_seed(clone.seed)  # the network's initialisation
+        policy = SymbolicActorCritic(run.symbolic, space.words)
+        policy.training_env = env_record(env)
+    else:
+        train = DecisionSet.from_pairs(train_pairs, space.words)
+        held_out = DecisionSet.from_pairs(eval_pairs, space.words)
+        torch.manual_seed(clone.seed)  # the adapter's and the heads' initialisation
+        policy = LLMActorCritic.from_config(run.model, run.policy, space.words, training_env=env)
+    if clone.cache_trunk and isinstance(policy, LLMActorCritic):
         problem = policy.trunk_cache_problem()
         if problem is None:
             policy.enable_trunk_cache()
@@ -134,7 +227,7 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     else:
         trunk_seconds = math.nan
 
-    parameters = policy.trainable_parameters()
+    parameters = [parameter for parameter in policy.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(
         parameters, lr=clone.learning_rate, weight_decay=clone.weight_decay
     )
@@ -241,7 +334,7 @@ def _keep_trunk(
 
 
 @torch.no_grad()
-def measure(policy: LLMActorCritic, decisions: DecisionSet, batch_size: int) -> dict:
+def measure(policy: nn.Module, decisions: DecisionSet, batch_size: int) -> dict:
     """The policy's held-out cross-entropy, accuracy (its most probable action is the
     demonstrated one), mean probability of the demonstrated action, how often it would pick
     each action (`chosen`) and which it picks for each decision (`choices`), on `decisions`."""

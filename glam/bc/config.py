@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from glam.baselines.config import SymbolicConfig
 from glam.config import (
     DEFAULT_LORA_LAYERS,
     AdapterConfig,
@@ -281,14 +282,24 @@ class CloneRunConfig:
     )
     """Base model, dtype and LoRA settings, as a training run's."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    """The policy cloned (`policy.head`, `policy.temperature`...), as a training run's; only
-    `policy.kind=llm` is cloned this way."""
+    """The policy cloned (`policy.head`, `policy.temperature`...), as a training run's:
+    `policy.kind=llm` (a language model's choice among the actions) or `symbolic` (BabyAI's
+    network on the grid of the same states, found by replaying each demonstrated episode)."""
+    symbolic: SymbolicConfig = field(default_factory=SymbolicConfig)
+    """The symbolic network's settings (`policy.kind=symbolic`), as a training run's: a PPO run
+    starts from the clone only with the same ones (`train.init_policy`)."""
     clone: CloneConfig = field(default_factory=CloneConfig)
     """Data, optimisation and output."""
 
     def __post_init__(self) -> None:
-        if self.policy.kind != "llm":
+        if self.policy.kind not in ("llm", "symbolic"):
             raise ValueError(
                 f"policy.kind={self.policy.kind!r}: scripts/clone_policy.py clones a language "
-                "model's choice among the actions (policy.kind=llm)"
+                "model's choice among the actions (policy.kind=llm) or the symbolic network's "
+                "(policy.kind=symbolic)"
+            )
+        if self.policy.kind == "symbolic" and self.symbolic.memory:
+            raise ValueError(
+                "symbolic.memory=true: a network with memory would be cloned along whole "
+                "episodes; scripts/clone_policy.py fits memoryless policies to shuffled decisions"
             )
