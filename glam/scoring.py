@@ -340,6 +340,26 @@ def _additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
+def _packed_mask(
+    model: PreTrainedModel, allowed: Tensor, position_ids: Tensor, device: torch.device
+) -> Tensor | dict[str, Tensor]:
+    """The causal layout's additive mask; for a model whose layers attend within a sliding
+    window (Gemma 3's five local layers out of six), one mask per kind of layer, the local ones
+    also cut to the window: transformers applies a model's window itself only to the masks it
+    builds, never to a 4-D mask it is given. The window counts positions (a key `window` or
+    more positions before the query is hidden), so each slot sees what the naive forward's
+    same token sees."""
+    config = model.config.get_text_config()
+    kinds = set(getattr(config, "layer_types", None) or ())
+    window = getattr(config, "sliding_window", None)
+    mask = _additive_mask(allowed.to(device), model.dtype)
+    if "sliding_attention" not in kinds or window is None:
+        return mask
+    distance = position_ids[:, :, None] - position_ids[:, None, :]
+    local = _additive_mask((allowed & (distance < window)).to(device), model.dtype)
+    return {kind: local if kind == "sliding_attention" else mask for kind in kinds}
+
+
 def _decoder_structure(num_slots: int, width: int, device: torch.device) -> Tensor:
     """(L, L) block-diagonal causal mask: each decoder slot sees its own earlier positions."""
     position = torch.arange(num_slots * width, device=device)
@@ -564,7 +584,7 @@ def _forward_causal(
     def forward() -> object:
         return model(
             input_ids=layout.input_ids.to(device),
-            attention_mask=_additive_mask(layout.allowed.to(device), model.dtype),
+            attention_mask=_packed_mask(model, layout.allowed, layout.position_ids, device),
             position_ids=layout.position_ids.to(device),
             output_hidden_states=-1,
             use_cache=False,

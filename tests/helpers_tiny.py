@@ -24,6 +24,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -64,6 +66,10 @@ _CORPUS = [
     "rotate left, rotate right, move ahead, take, release, switch, sleep, do nothing, think",
     "user assistant system Reply with the next action of the agent only.",
 ]
+
+
+GEMMA3_WINDOW = 8
+"""The tiny Gemma 3's sliding window: shorter than every GLAM prompt, so that it matters."""
 
 
 @functools.cache
@@ -132,7 +138,8 @@ def tiny_causal_lm(
     tokenizer: PreTrainedTokenizerFast | None = None,
     num_layers: int = 2,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """A random causal LM (`llama`, with grouped-query attention, or `gpt2`; 2 layers unless
+    """A random causal LM (`llama`, with grouped-query attention, `gpt2`, or `gemma3`, whose
+    layers but the top one attend within a window of `GEMMA3_WINDOW` positions; 2 layers unless
     `num_layers` says otherwise) + tokenizer.
 
     The Llama variant's tokenizer prepends a BOS token, the GPT-2 one does not, as the real ones.
@@ -171,8 +178,30 @@ def tiny_causal_lm(
             attn_implementation=attn_implementation,
         )
         build = functools.partial(GPT2LMHeadModel, config)
+    elif arch == "gemma3":
+        tokenizer = tokenizer or tiny_tokenizer(add_bos=True)  # Gemma's tokenizer adds <bos>
+        config = Gemma3TextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=8,
+            sliding_window=GEMMA3_WINDOW,
+            layer_types=["sliding_attention"] * (num_layers - 1) + ["full_attention"],
+            max_position_embeddings=1024,
+            initializer_range=0.5,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            attn_implementation=attn_implementation,
+        )
+        build = functools.partial(Gemma3ForCausalLM, config)
     else:
-        raise ValueError(f"unknown tiny causal architecture {arch!r}; use 'llama' or 'gpt2'")
+        raise ValueError(
+            f"unknown tiny causal architecture {arch!r}; use 'llama', 'gpt2' or 'gemma3'"
+        )
     return _seeded(build, seed), tokenizer
 
 

@@ -73,7 +73,7 @@ def test_unresolvable_spec_lists_everything_tried(tmp_path, offline_hub):
         glam.load_model(str(missing))
     message = str(caught.value)
     assert f"could not resolve model spec {str(missing)!r}" in message
-    assert "embedded model names ['smollm2-135m']: no match" in message
+    assert "embedded model names ['gemma3-270m', 'smollm2-135m']: no match" in message
     assert "does not exist" in message
     assert "hub id" in message
 

@@ -47,6 +47,8 @@ BUILDERS = {
     "llama": lambda: tiny_causal_lm("llama"),
     "llama-eager": lambda: tiny_causal_lm("llama", attn_implementation="eager"),
     "gpt2": lambda: tiny_causal_lm("gpt2"),
+    # Gemma 3: local layers that see 8 positions back, under a global one (tests/test_gemma.py)
+    "gemma3": lambda: tiny_causal_lm("gemma3"),
     "t5": lambda: tiny_seq2seq_lm(),
     "bart": lambda: tiny_seq2seq_lm("bart"),  # absolute decoder positions: one row per candidate
 }

@@ -136,6 +136,7 @@ def test_bad_lora_layers_stop_at_start_up(value: str, message: str) -> None:
         ("llama", "scoring", False),
         ("llama", "action_heads", True),
         ("gpt2", "scoring", True),
+        ("gemma3", "scoring", False),
         ("t5", "scoring", False),
         ("t5", "action_heads", True),
         ("bart", "scoring", False),

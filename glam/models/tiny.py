@@ -6,7 +6,9 @@ BabyAI-Text and the GLAM prompt use, and weights drawn from a fixed seed, so eve
 the same model. The folder name carries a hash of the spec, so changing a spec rebuilds it.
 
 `tiny-random-llama` (2 layers, hidden 64, about 90k parameters) learns
-`BabyAI-GoToRedBallNoDists-v0` with PPO in under a minute on two CPU cores.
+`BabyAI-GoToRedBallNoDists-v0` with PPO in under a minute on two CPU cores. `tiny-random-gemma3`
+has Gemma 3's architecture (a sliding-window layer under a global one, grouped-query attention
+with one key-value head), for the mechanics of a second model family without its weights.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -68,7 +72,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_tiny_model(
     spec: TinyModelSpec, vocab_size: int
-) -> LlamaForCausalLM | T5ForConditionalGeneration:
+) -> LlamaForCausalLM | Gemma3ForCausalLM | T5ForConditionalGeneration:
     """The randomly initialised model of `spec` (same weights for the same spec)."""
     common = {"vocab_size": vocab_size, "pad_token_id": 0, "eos_token_id": 3}
     if spec.architecture == "llama":
@@ -85,6 +89,22 @@ def build_tiny_model(
             **common,
         )
         model_class = LlamaForCausalLM
+    elif spec.architecture == "gemma3":
+        config = Gemma3TextConfig(
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=1,  # Gemma 3 270M's grouped-query attention
+            head_dim=spec.hidden_size // spec.num_heads,
+            sliding_window=spec.sliding_window,
+            layer_types=["sliding_attention"] * (spec.num_layers - 1) + ["full_attention"],
+            max_position_embeddings=1024,
+            initializer_range=spec.initializer_range,
+            bos_token_id=2,
+            **common,
+        )
+        model_class = Gemma3ForCausalLM
     elif spec.architecture == "t5":
         config = T5Config(
             d_model=spec.hidden_size,

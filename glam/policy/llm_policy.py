@@ -122,6 +122,12 @@ class LLMActorCritic(nn.Module):
             )
         if cfg.head == "action_heads" and not self.action_words:
             raise ValueError("head='action_heads' needs the action words (one logit per action)")
+        if cfg.prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                f"policy.prompt_format=chat renders the model's chat template, and "
+                f"{type(tokenizer).__name__} has none (a base model, such as gemma3-270m); use "
+                "policy.prompt_format=glam"
+            )
         self.trunk_cut: TrunkCut | None = None
         """Where the frozen trunk ends once `enable_trunk_cache` was called; None: off."""
         hidden_size = unwrap_model(model).config.get_text_config().hidden_size
