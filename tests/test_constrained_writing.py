@@ -58,7 +58,7 @@ def _brute_force_logprob(
     return total
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
 def test_constrained_answers_and_their_log_probs_against_brute_force(
     arch: str,
     one_torch_thread,  # noqa: F811

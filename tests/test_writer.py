@@ -91,7 +91,7 @@ def test_the_feedback_is_balrogs_notice_and_eval_reads_the_same_dialogue() -> No
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
 def test_sampled_log_probs_equal_a_teacher_forced_forward(arch: str) -> None:
     model, tokenizer = tiny_causal_lm(arch)
     prompts = _ids(tokenizer, PROMPTS)
