@@ -6,9 +6,13 @@ softmax of the candidates' scores (or of the action heads), at the policy's temp
         clone.output_dir=runs/clone/gotoredball
     # AFlan's policy: a head on the prompt's last token
     python scripts/clone_policy.py policy.head=action_heads clone.dataset=... clone.output_dir=...
+    # BabyAI's symbolic network, on the grid of the same decisions (each episode replayed)
+    python scripts/clone_policy.py policy.kind=symbolic symbolic.image_dim=32 \
+        symbolic.instr_dim=32 clone.dataset=... clone.output_dir=...
     # evaluate it, or start PPO from its adapter
     python scripts/post_training_tests.py agent.kind=checkpoint agent.path=runs/clone/x/policy ...
     python scripts/train_language_agent.py model.lora.init=runs/clone/x/policy/adapter ...
+    python scripts/train_baseline.py --config-name symbolic_ppo train.init_policy=runs/clone/x/policy
 
 `scripts/clm_behavioral_cloning.py` trains the action's tokens as text with TRL; this trains the
 policy's output over the actions (glam/bc/choice.py), from the frozen trunk's states computed once
