@@ -18,6 +18,7 @@ test lands on a GPU by accident.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_cpu)
         elif no_cuda is not None:
             item.add_marker(pytest.mark.skip(reason=no_cuda))
+
+
+@pytest.fixture(scope="session")
+def redball_demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A demonstrations folder (`scripts/collect_bot_demos.py`'s) of 8 BabyAI-GoToRedBall-v0
+    bot episodes, one observation per prompt, the three navigation actions: the cloning tests'."""
+    from glam.bc.bot import collect_bot_demos
+    from glam.bc.config import DemosConfig
+    from glam.demos import write_demos
+
+    level = "BabyAI-GoToRedBall-v0"
+    records, _ = collect_bot_demos(
+        DemosConfig(level=level, episodes=8, nbr_obs=1, action_space="nav")
+    )
+    folder = tmp_path_factory.mktemp("redball_demos") / "demos"
+    write_demos(records, folder, metadata={"nbr_obs": 1, "level": level})
+    return folder

@@ -145,23 +145,23 @@ def tiny_causal_lm(
     The Llama variant's tokenizer prepends a BOS token, the GPT-2 one does not, as the real ones.
     The model is in eval mode (no dropout) and fp32.
     """
-    if arch == "llama":
+    if arch in ("llama", "gemma3"):  # both tokenizers prepend <bos>
         tokenizer = tokenizer or tiny_tokenizer(add_bos=True)
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=1024,
-            initializer_range=0.5,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            tie_word_embeddings=True,
-            attn_implementation=attn_implementation,
-        )
+        decoder = {
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": num_layers,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 1024,
+            "initializer_range": 0.5,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "attn_implementation": attn_implementation,
+        }
+    if arch == "llama":
+        config = LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, **decoder)
         build = functools.partial(LlamaForCausalLM, config)
     elif arch == "gpt2":
         tokenizer = tokenizer or tiny_tokenizer()
@@ -179,23 +179,12 @@ def tiny_causal_lm(
         )
         build = functools.partial(GPT2LMHeadModel, config)
     elif arch == "gemma3":
-        tokenizer = tokenizer or tiny_tokenizer(add_bos=True)  # Gemma's tokenizer adds <bos>
         config = Gemma3TextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
             num_key_value_heads=1,
             head_dim=8,
             sliding_window=GEMMA3_WINDOW,
             layer_types=["sliding_attention"] * (num_layers - 1) + ["full_attention"],
-            max_position_embeddings=1024,
-            initializer_range=0.5,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            attn_implementation=attn_implementation,
+            **decoder,
         )
         build = functools.partial(Gemma3ForCausalLM, config)
     else:

@@ -14,12 +14,11 @@ import torch
 from helpers_tiny import save_tiny_model
 from safetensors.torch import load_file
 
-from glam.bc.bot import collect_bot_demos
 from glam.bc.choice import DecisionSet, clone_policy, measure
-from glam.bc.config import CloneConfig, CloneRunConfig, DemosConfig
+from glam.bc.config import CloneConfig, CloneRunConfig
 from glam.bc.sft import split_pairs
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
-from glam.demos import DemoDatasetError, load_demos, write_demos
+from glam.demos import DemoDatasetError, load_demos
 from glam.models.loading import load_model
 from glam.outputs import OutputDirError, OutputExistsError
 from glam.policy.adapters import apply_lora
@@ -43,13 +42,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demos(redball_demos: Path) -> Path:
     """8 GoToRedBall bot episodes, one observation, the three navigation actions."""
-    settings = DemosConfig(level=LEVEL, episodes=8, nbr_obs=1, action_space="nav")
-    records, _ = collect_bot_demos(settings)
-    folder = tmp_path_factory.mktemp("clone") / "demos"
-    write_demos(records, folder, metadata={"nbr_obs": 1, "level": LEVEL})
-    return folder
+    return redball_demos
 
 
 def _run(tiny: Path, demos: Path, out: Path, **clone: object) -> CloneRunConfig:

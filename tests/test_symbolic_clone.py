@@ -18,11 +18,10 @@ from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 from glam.baselines.config import SymbolicConfig
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
-from glam.bc.bot import collect_bot_demos
 from glam.bc.choice import DecisionSet, clone_policy, replay_grids, split_decisions
-from glam.bc.config import CloneConfig, CloneRunConfig, DemosConfig
+from glam.bc.config import CloneConfig, CloneRunConfig
 from glam.config import ConfigError, PolicyConfig, compose_config, validate_config
-from glam.demos import DemoDatasetError, load_demos, write_demos
+from glam.demos import DemoDatasetError, load_demos
 from glam.run_config import TrainingRunConfig
 from glam.runs.errors import SetupError
 
@@ -33,22 +32,12 @@ RED_BALL = re.compile(
 )
 
 
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """8 GoToRedBall bot episodes, one observation, the three navigation actions."""
-    settings = DemosConfig(level=LEVEL, episodes=8, nbr_obs=1, action_space="nav")
-    records, _ = collect_bot_demos(settings)
-    folder = tmp_path_factory.mktemp("symbolic_clone") / "demos"
-    write_demos(records, folder, metadata={"nbr_obs": 1, "level": LEVEL})
-    return folder
-
-
-def _run(demos: Path, out: Path, **clone: object) -> CloneRunConfig:
+def _run(redball_demos: Path, out: Path, **clone: object) -> CloneRunConfig:
     settings = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-2, "progress": False, **clone}
     return CloneRunConfig(
         policy=PolicyConfig(kind="symbolic"),
         symbolic=SMALL,
-        clone=CloneConfig(dataset=str(demos), output_dir=str(out), **settings),
+        clone=CloneConfig(dataset=str(redball_demos), output_dir=str(out), **settings),
     )
 
 
@@ -68,8 +57,8 @@ def _warm_config(init_policy: Path, seed: int = 3, **symbolic: object) -> Traini
     return cfg
 
 
-def test_the_replay_finds_the_grid_each_prompt_was_written_from(demos: Path) -> None:
-    pairs = load_demos(demos)
+def test_the_replay_finds_the_grid_each_prompt_was_written_from(redball_demos: Path) -> None:
+    pairs = load_demos(redball_demos)
     grids = replay_grids(pairs)
     assert len(grids) == len(pairs) and grids.missions == list(pairs["mission"])
     ball = (OBJECT_TO_IDX["ball"], COLOR_TO_IDX["red"])
@@ -90,15 +79,17 @@ def test_the_replay_finds_the_grid_each_prompt_was_written_from(demos: Path) -> 
         replay_grids(pairs.remove_columns("seed"))
 
 
-def test_the_clone_fits_the_network_and_ppo_starts_from_it(demos: Path, tmp_path: Path) -> None:
-    result = clone_policy(_run(demos, tmp_path / "clone"))
+def test_the_clone_fits_the_network_and_ppo_starts_from_it(
+    redball_demos: Path, tmp_path: Path
+) -> None:
+    result = clone_policy(_run(redball_demos, tmp_path / "clone"))
     summary = json.loads((tmp_path / "clone" / "clone.json").read_text())
     assert summary["final"]["train_loss"] < summary["zero_shot"]["eval_loss"]
     saved = SymbolicActorCritic.from_pretrained(tmp_path / "clone" / "policy")
     assert saved.training_env["name"] == LEVEL and saved.cfg == SMALL
 
     # The recorded held-out loss is the cross-entropy of the saved network's own logits.
-    _, eval_pairs = split_decisions(load_demos(demos), _run(demos, tmp_path).clone)
+    _, eval_pairs = split_decisions(load_demos(redball_demos), _run(redball_demos, tmp_path).clone)
     held_out = DecisionSet.grid_from_pairs(eval_pairs, tuple(saved.action_words))
     with torch.no_grad():
         logits = saved.eval()(**held_out.observations.inputs()).logits
@@ -120,8 +111,8 @@ def test_the_clone_fits_the_network_and_ppo_starts_from_it(demos: Path, tmp_path
     assert not torch.equal(warm.critic[0].weight, saved.critic[0].weight)
 
 
-def test_another_network_or_setting_is_refused(demos: Path, tmp_path: Path) -> None:
-    clone_policy(_run(demos, tmp_path / "clone", epochs=1))
+def test_another_network_or_setting_is_refused(redball_demos: Path, tmp_path: Path) -> None:
+    clone_policy(_run(redball_demos, tmp_path / "clone", epochs=1))
     wider = _warm_config(tmp_path / "clone" / "policy", image_dim=16)
     with pytest.raises(SetupError, match="symbolic.image_dim=8 there, 16 here"):
         build_symbolic_policy(wider, None)

@@ -75,34 +75,28 @@ def build_tiny_model(
 ) -> LlamaForCausalLM | Gemma3ForCausalLM | T5ForConditionalGeneration:
     """The randomly initialised model of `spec` (same weights for the same spec)."""
     common = {"vocab_size": vocab_size, "pad_token_id": 0, "eos_token_id": 3}
+    decoder = {
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "max_position_embeddings": 1024,
+        "initializer_range": spec.initializer_range,
+        "bos_token_id": 2,
+        **common,
+    }
     if spec.architecture == "llama":
         config = LlamaConfig(
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads,
-            num_key_value_heads=spec.num_heads,
-            max_position_embeddings=1024,
-            tie_word_embeddings=False,
-            initializer_range=spec.initializer_range,
-            bos_token_id=2,
-            **common,
+            num_key_value_heads=spec.num_heads, tie_word_embeddings=False, **decoder
         )
         model_class = LlamaForCausalLM
     elif spec.architecture == "gemma3":
         config = Gemma3TextConfig(
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads,
             num_key_value_heads=1,  # Gemma 3 270M's grouped-query attention
             head_dim=spec.hidden_size // spec.num_heads,
             sliding_window=spec.sliding_window,
             layer_types=["sliding_attention"] * (spec.num_layers - 1) + ["full_attention"],
-            max_position_embeddings=1024,
-            initializer_range=spec.initializer_range,
-            bos_token_id=2,
-            **common,
+            **decoder,
         )
         model_class = Gemma3ForCausalLM
     elif spec.architecture == "t5":
