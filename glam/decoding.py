@@ -21,7 +21,9 @@ Constrained answers (`AnswerTrie`): where only some answers may be written (the 
 each step's distribution is `softmax(logits / T)` renormalised over the tokens that continue an
 allowed answer (the end of the answer only after a whole one), in the rollout and in the update
 alike (`allowed=` of both functions), so a sampled answer's log-probability is still the
-teacher-forced one, and every answer names an action.
+teacher-forced one, and every answer names an action. A `think` answer (`ThoughtThenAnswer`)
+reasons freely first, and only what follows its "ACTION:" is constrained so; the marker itself is
+forced when the answer's room would otherwise run out.
 
 Keys and values across turns (`TurnCache`): an episode's next prompt usually starts with its last
 one (BALROG's dialogue only grows), so the cache keeps, per batch row (per env slot for the chat
@@ -47,8 +49,10 @@ from glam.scoring import TrunkCut
 from glam.trunk import run_from_layer
 
 __all__ = [
+    "AnswerConstraint",
     "AnswerTrie",
     "SampledAnswers",
+    "ThoughtThenAnswer",
     "TurnCache",
     "answer_spans",
     "sample_answers",
@@ -113,6 +117,86 @@ class AnswerTrie:
         return torch.stack(
             [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
         )
+
+
+class ThoughtThenAnswer:
+    """The answers of a constrained `think` writer: a free thought, then `marker` (the tokens of
+    "ACTION:"), then an answer of `trie` (an action word and its end), all within `budget`
+    tokens. Same interface as `AnswerTrie` (`mask`, `teacher_mask`, `longest`).
+
+    While the answer's tokens do not contain `marker`, any token but a stop token may come (a
+    thought cannot end the answer before its action), until only the room for the rest of the
+    marker and the longest answer is left: then the marker's next token is the only one
+    allowed, token by token. After the marker, `trie` decides. A thought that writes the marker
+    by itself moves on to the action at once; the model may also spell "ACTION:" in other
+    tokens, which reads as thought.
+    """
+
+    def __init__(
+        self, marker: Sequence[int], trie: AnswerTrie, budget: int, stop_ids: Sequence[int]
+    ) -> None:
+        if not marker:
+            raise ValueError("a thought-then-answer writer needs the marker's tokens")
+        self.marker = [int(i) for i in marker]
+        self.trie = trie
+        self.stop_ids = sorted({int(i) for i in stop_ids})
+        self.longest = len(self.marker) + trie.longest
+        """Tokens of the marker and the longest answer with its end: the room a writer needs."""
+        if self.longest > budget:
+            raise ValueError(
+                f"the marker and the longest answer take {self.longest} tokens, more than the "
+                f"{budget} an answer may have"
+            )
+        self.budget = budget
+
+    def _marker_end(self, prefix: Sequence[int]) -> int | None:
+        """Where the first whole marker in `prefix` ends, or None."""
+        width = len(self.marker)
+        for end in range(width, len(prefix) + 1):
+            if list(prefix[end - width : end]) == self.marker:
+                return end
+        return None
+
+    def allowed(self, prefix: Sequence[int]) -> list[int] | None:
+        """The tokens that may follow `prefix`; None: any token but a stop token (a thought)."""
+        prefix = [int(i) for i in prefix]
+        end = self._marker_end(prefix)
+        if end is not None:
+            return self.trie.allowed(prefix[end:])
+        written = self._marker_started(prefix)
+        if self.budget - len(prefix) <= len(self.marker) - written + self.trie.longest:
+            return [self.marker[written]]  # only the room for the rest is left
+        return None
+
+    def _marker_started(self, prefix: list[int]) -> int:
+        """How many of the marker's first tokens `prefix` ends with (fewer than all)."""
+        for count in range(len(self.marker) - 1, 0, -1):
+            if prefix[-count:] == self.marker[:count]:
+                return count
+        return 0
+
+    def mask(self, tokens: Tensor, vocab: int) -> Tensor:
+        """`(B, vocab)` bool: the tokens allowed after each row of `tokens` `(B, t)`."""
+        mask = torch.zeros((tokens.shape[0], vocab), dtype=torch.bool)
+        for row, prefix in enumerate(tokens.tolist()):
+            allowed = self.allowed(prefix)
+            if allowed is None:
+                mask[row] = True
+                mask[row, self.stop_ids] = False
+            else:
+                mask[row, allowed] = True
+        return mask
+
+    def teacher_mask(self, answers: Tensor, vocab: int) -> Tensor:
+        """`(B, T, vocab)` bool: at each position of `answers` `(B, T)`, what `mask` said when
+        each token was drawn."""
+        return torch.stack(
+            [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
+        )
+
+
+AnswerConstraint = AnswerTrie | ThoughtThenAnswer
+"""What `sample_answers` and `score_answers` take as `allowed`."""
 
 
 def _constrained(logits: Tensor, allowed: Tensor | None) -> Tensor:
@@ -285,7 +369,7 @@ def sample_answers(
     cache_rows: Sequence[int] | None = None,
     keep_going: Callable[[bool], bool] | None = None,
     greedy: bool = False,
-    allowed: AnswerTrie | None = None,
+    allowed: AnswerConstraint | None = None,
 ) -> SampledAnswers:
     """Draw one answer after each prompt (token ids `(n_i,)`, special tokens included).
 
@@ -435,7 +519,7 @@ def score_answers(
     pad_id: int,
     cut: TrunkCut | None = None,
     trunk: Sequence[Tensor] | None = None,
-    allowed: AnswerTrie | None = None,
+    allowed: AnswerConstraint | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher-forced log-probabilities of `answers` `(B, T)` (their first `lengths` tokens)
     after `prompts`, under `softmax(logits / temperature)`, in one forward.

@@ -1,7 +1,9 @@
 """Constrained written actions (`generate.constrain=actions`, `glam.decoding.AnswerTrie`): every
 answer is an action word, the log-probability of a sampled answer is the constrained
 distribution's (renormalised over the allowed tokens at each step) computed by brute force, the
-same in the rollout and in the update, and a writer at temperature 1 draws every action.
+same in the rollout and in the update, and a writer at temperature 1 draws every action. With
+`generate.answer=think` (`ThoughtThenAnswer`) a free thought comes first, and only what follows
+"ACTION:" is constrained.
 
 .venv/bin/python -m pytest tests/test_constrained_writing.py
 """
@@ -15,7 +17,7 @@ import torch
 from helpers_tiny import one_torch_thread, tiny_causal_lm  # noqa: F401 (fixture)
 
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
-from glam.decoding import AnswerTrie, sample_answers, score_answers
+from glam.decoding import AnswerTrie, ThoughtThenAnswer, sample_answers, score_answers
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import WritingActorCritic, read_answer
 
@@ -43,17 +45,38 @@ def test_the_trie_allows_continuations_and_the_end_only_after_a_whole_answer() -
         AnswerTrie([[]], stop_ids=[0])
 
 
+def test_a_thought_is_free_until_the_marker_then_the_trie_decides() -> None:
+    trie = AnswerTrie([[5, 6], [8]], stop_ids=[0])
+    think = ThoughtThenAnswer([10, 11], trie, budget=8, stop_ids=[0])
+    assert think.longest == 5  # the marker's 2 tokens and "5 6 <end>"
+    assert think.allowed([]) is None and think.allowed([1, 2]) is None  # a thought
+    assert think.allowed([1, 10]) is None  # a marker begun may still be dropped
+    assert think.allowed([1, 2, 3]) == [10]  # 5 tokens left: only the room for the rest
+    assert think.allowed([1, 2, 3, 10]) == [11]
+    assert think.allowed([1, 10, 11]) == [5, 8] and think.allowed([10, 11, 5, 6]) == [0]
+    assert think.allowed([10, 11, 8, 0]) == []
+    mask = think.mask(torch.tensor([[1, 2], [10, 11]]), vocab=12)
+    assert mask[0].all() == False and mask[0, 1:].all() and not mask[0, 0]  # noqa: E712  the end
+    assert mask[1].nonzero().flatten().tolist() == [5, 8]
+    teacher = think.teacher_mask(torch.tensor([[1, 10, 11, 8]]), vocab=12)
+    assert torch.equal(teacher[0, 3], think.mask(torch.tensor([[1, 10, 11]]), 12)[0])
+    with pytest.raises(ValueError, match="more than the 4"):
+        ThoughtThenAnswer([10, 11], trie, budget=4, stop_ids=[0])
+
+
 def _brute_force_logprob(
-    model, prompt: torch.Tensor, answer: list[int], trie: AnswerTrie, temperature: float
+    model, prompt: torch.Tensor, answer: list[int], trie, temperature: float, stops=()
 ) -> float:
     """Each token by its own forward of prompt + the answer so far, the softmax over the tokens
-    the trie allows there."""
+    the constraint allows there (all but the `stops` where it says None: a thought)."""
     total = 0.0
     for step, token in enumerate(answer):
         ids = torch.cat([prompt, torch.tensor(answer[:step], dtype=torch.long)])[None]
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0, -1].double() / temperature
         allowed = trie.allowed(answer[:step])
+        if allowed is None:
+            allowed = [i for i in range(len(logits)) if i not in stops]
         total += float(logits[token] - torch.logsumexp(logits[allowed], 0))
     return total
 
@@ -108,6 +131,34 @@ def test_constrained_answers_and_their_log_probs_against_brute_force(
     assert (free.sum(1) < scored.sum(1)).all()
 
 
+def test_thought_then_action_against_brute_force(one_torch_thread) -> None:  # noqa: F811
+    model, tokenizer = tiny_causal_lm("llama")
+    words = [tokenizer(f" {word}", add_special_tokens=False)["input_ids"] for word in NAV]
+    end = tokenizer.eos_token_id
+    marker = tokenizer("ACTION:", add_special_tokens=False)["input_ids"]
+    think = ThoughtThenAnswer(marker, AnswerTrie(words, stop_ids=[end]), budget=20, stop_ids=[end])
+    stop = torch.zeros(len(tokenizer), dtype=torch.bool)
+    stop[end] = True
+    prompts = [torch.tensor(tokenizer(PROMPT)["input_ids"])] * 4
+    torch.manual_seed(0)
+    sampled = sample_answers(
+        model, prompts, max_new_tokens=20, temperature=1.0, stop=stop, pad_id=0, allowed=think
+    )
+    assert sampled.stopped.all()
+    for row, prompt in enumerate(prompts):
+        answer = sampled.tokens[row, : int(sampled.lengths[row])].tolist()
+        text = tokenizer.decode(answer, skip_special_tokens=True)
+        assert read_answer(text, NAV, answer="think") is not None, text
+        assert answer[-1] == end and len(answer) > think.longest  # a thought came first
+        expected = _brute_force_logprob(model, prompt, answer, think, 1.0, stops=[end])
+        assert float(sampled.logprobs[row].sum()) == pytest.approx(expected, abs=1e-4)
+    scored, entropy, _ = score_answers(
+        model, prompts, sampled.tokens, sampled.lengths, temperature=1.0, pad_id=0, allowed=think
+    )
+    torch.testing.assert_close(scored, sampled.logprobs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy, sampled.entropy, rtol=1e-5, atol=1e-5)
+
+
 def _writer(**generation: object) -> WritingActorCritic:
     model, tokenizer = tiny_causal_lm()
     model_cfg = ModelConfig(
@@ -154,9 +205,33 @@ def test_the_free_tiny_writer_writes_invalid_answers_where_the_constrained_one_d
     assert not free([PROMPT] * 32).answers.valid.all()  # a random model rarely writes an action
 
 
+def test_a_constrained_thinker_writes_every_action_after_its_thought(
+    one_torch_thread,  # noqa: F811
+) -> None:
+    # Room for a thought (the tiny tokenizer spells "ACTION:" in 7 tokens); temperature 1.
+    policy = _writer(constrain="actions", answer="think", max_new_tokens=24).eval()
+    torch.manual_seed(0)
+    written = policy([PROMPT] * 48)
+    answers = written.answers
+    assert answers.valid.all()
+    assert (answers.lengths > policy.answer_trie().longest).all()  # each thought before it
+    assert all(count > 0 for count in torch.bincount(answers.actions, minlength=3).tolist())
+    assert all("ACTION:" in text for text in answers.texts)
+    assert [read_answer(t, NAV, "think") for t in answers.texts] == answers.actions.tolist()
+    policy.train()
+    scored = policy([PROMPT] * 48, answers)
+    torch.testing.assert_close(
+        scored.dist.log_prob(answers.actions),
+        written.dist.log_prob(answers.actions),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 def test_constraints_that_cannot_hold_are_refused() -> None:
-    with pytest.raises(ValueError, match="not implemented: use generate.answer=action"):
-        GenerationConfig(constrain="actions", answer="think")
+    thinker = _writer(constrain="actions", answer="think", max_new_tokens=4)
+    with pytest.raises(ValueError, match='"ACTION:" and the longest action .*max_new_tokens=4'):
+        thinker.answer_trie()
     with pytest.raises(ValueError, match="generate.constrain"):
         GenerationConfig(constrain="words")
     policy = _writer(constrain="actions", max_new_tokens=1)

@@ -199,7 +199,7 @@ KEYS = (
 )
 BEFORE = {
     # `_before_config`'s two runs, recorded from the trainer before the algorithm seam existed
-    # (2026-11-26, this project's CPU, one torch thread).
+    # (2026-11-26, this project's CPU of that day, one torch thread).
     "full": [
         [0.020983602851629257, 0.029994716751389205, 1.0608721375465393, 0.02667243592441082,
          0.28125, 1.3834345936775208, -10.54204205726931, 0.0],
@@ -254,7 +254,13 @@ def test_ppo_gives_the_numbers_it_gave_before_the_algorithm_seam(
     cfg.train.output_dir = str(tmp_path)
     train(cfg, accelerator, tmp_path)
     rows = _rows(tmp_path)
-    assert [[float(row[key]) for key in KEYS] for row in rows] == BEFORE[variant]
+    # Equal to float rounding: another CPU's kernels (AMX against AVX-512 here) sum in another
+    # order: the recorded figures differ from this machine's from their fifth digit (the
+    # explained variance, a ratio of variances) or seventh.
+    found = [[float(row[key]) for key in KEYS] for row in rows]
+    assert len(found) == len(BEFORE[variant])
+    for now, before in zip(found, BEFORE[variant], strict=True):
+        assert now == pytest.approx(before, rel=1e-4, abs=1e-6)
     assert not any(key.startswith(("answers/", "charts/trained")) for key in rows[0])
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "BalrogDialogue",
     "feedback_sentence",
     "instruction_prompt",
+    "THINK_MARKER",
     "last_action",
 ]
 
@@ -69,9 +70,13 @@ def instruction_prompt(mission: str, action_words: Sequence[str]) -> str:
     )
 
 
+THINK_MARKER = "ACTION:"
+"""What introduces the action in BALROG's chain-of-thought answer."""
+
+
 def last_action(text: str) -> str:
     """cot's answer: after the last "ACTION:", once all but letters, spaces and colons go."""
-    return re.sub(r"[^a-zA-Z\s:]", "", text).split("ACTION:")[-1].strip()
+    return re.sub(r"[^a-zA-Z\s:]", "", text).split(THINK_MARKER)[-1].strip()
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,11 @@ class GenerationConfig:
     """`actions`: the answer is drawn only from tokens that continue an action word (its own
     tokens, with or without a leading space), and ends (end-of-text, or a token holding only
     a newline) only after a whole one: every answer is valid, and an action the free model
-    never writes gets drawn. The action's log-probability is that of the constrained
-    distribution (renormalised at each token), in the rollout and in the update. `none`:
-    free writing."""
+    never writes gets drawn. With `answer=think` the thought is free (but may not end the
+    answer) and what follows "ACTION:" is constrained so; "ACTION:" itself is forced where only
+    the room for it and the longest action is left. The action's log-probability is that of the
+    constrained distribution (renormalised at each token), in the rollout and in the update.
+    `none`: free writing."""
     invalid_action: str = "noop"
     """What an invalid answer plays: `noop` (minigrid's `done`, which does nothing in BabyAI;
     the step and its time pass) or an action word (BALROG plays `go forward`)."""
@@ -79,12 +81,6 @@ class GenerationConfig:
         check_positive("generate.max_history", self.max_history)
         check_choice("generate.answer", self.answer, ANSWER_FORMATS)
         check_choice("generate.constrain", self.constrain, CONSTRAINTS)
-        if self.constrain == "actions" and self.answer == "think":
-            raise ValueError(
-                "generate.constrain=actions constrains the whole answer to an action word; a "
-                "`think` answer reasons freely before its ACTION: part, and constraining only "
-                "that part is not implemented: use generate.answer=action"
-            )
         if not self.invalid_action:
             raise ValueError("generate.invalid_action is empty: give `noop` or an action word")
         if self.invalid_penalty < 0:

@@ -43,9 +43,17 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from glam.config import EnvConfig, ModelConfig, PolicyConfig
-from glam.decoding import AnswerTrie, TurnCache, answer_spans, sample_answers, score_answers
+from glam.decoding import (
+    AnswerConstraint,
+    AnswerTrie,
+    ThoughtThenAnswer,
+    TurnCache,
+    answer_spans,
+    sample_answers,
+    score_answers,
+)
 from glam.models.loading import load_model
-from glam.policy.balrog import last_action
+from glam.policy.balrog import THINK_MARKER, last_action
 from glam.policy.files import CONFIG_FILE, CheckpointError, env_record
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.llm_policy import LLMActorCritic
@@ -361,7 +369,7 @@ class WritingActorCritic(LLMActorCritic):
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self._stop: Tensor | None = None
-        self._trie: tuple[GenerationConfig, AnswerTrie] | None = None
+        self._trie: tuple[GenerationConfig, AnswerConstraint] | None = None
         """The answer trie and the generation settings it was built for."""
         self._adds_eos: bool | None = None
 
@@ -598,10 +606,12 @@ class WritingActorCritic(LLMActorCritic):
             self._stop = stop
         return self._stop
 
-    def answer_trie(self) -> AnswerTrie | None:
+    def answer_trie(self) -> AnswerConstraint | None:
         """With `generate.constrain=actions`, the answers that may be written: each action word's
         tokens, alone or after a space, then an end-of-text token or a token holding only a
-        newline (one of `stop_tokens`). None: free writing.
+        newline (one of `stop_tokens`); with `generate.answer=think`, a free thought before
+        that, up to the tokens of "ACTION:" (`glam.decoding.ThoughtThenAnswer`). None: free
+        writing.
 
         Raises:
             ValueError: `generate.max_new_tokens` leaves no room for the longest answer.
@@ -621,12 +631,18 @@ class WritingActorCritic(LLMActorCritic):
                 i for i in stop if not self.tokenizer.decode([i], skip_special_tokens=True).strip()
             ]
             trie = AnswerTrie(answers, ends)
-            if trie.longest > self.generation.max_new_tokens:
+            marker = []
+            if self.generation.answer == "think":  # a free thought first, then "ACTION: <word>"
+                marker = encode(THINK_MARKER, add_special_tokens=False)["input_ids"]
+            room = len(marker) + trie.longest
+            if room > self.generation.max_new_tokens:
+                what = f'"{THINK_MARKER}" and the longest' if marker else "the longest"
                 raise ValueError(
-                    f"generate.constrain=actions: the longest action with its end takes "
-                    f"{trie.longest} tokens, more than generate.max_new_tokens="
-                    f"{self.generation.max_new_tokens}"
+                    f"generate.constrain=actions: {what} action with its end takes {room} "
+                    f"tokens, more than generate.max_new_tokens={self.generation.max_new_tokens}"
                 )
+            if marker:
+                trie = ThoughtThenAnswer(marker, trie, self.generation.max_new_tokens, ends)
             self._trie = (self.generation, trie)
         return self._trie[1]
 
