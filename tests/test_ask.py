@@ -418,6 +418,8 @@ def test_the_mediator_learns_to_ask_where_asking_pays(tmp_path: Path) -> None:
     # Controls that fail: after 512 frames (0.58 and 0.44; greedy, 0.29 elsewhere), and without
     # the subgoal in the mission (ask.show_subgoal=false: 0.18 and 0.16, greedy never asks).
     assert statistics.mean(probs[True]) > 2 * statistics.mean(probs[False])
-    assert pay_rate > 0.5 and other_rate < 0.2
+    # Elsewhere 0.13 on the CPU of the measurement above (AVX-512), 0.20 on an AMX one (2026-11-29):
+    # one seed's greedy choices move with the CPU's float rounding, hence the margin.
+    assert pay_rate > 0.5 and other_rate < 0.25
     assert share > 2 * pay_fraction
     assert statistics.mean(successes) > 0.95

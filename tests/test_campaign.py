@@ -497,7 +497,9 @@ def test_sbatch_failure_stops_with_its_message(
         ),
         (
             {"grid": {"model.name_or_path": ["smollm2-135"]}},
-            ["model.name_or_path: 'smollm2-135' is neither an embedded model (smollm2-135m)"],
+            [
+                "model.name_or_path: 'smollm2-135' is neither an embedded model (smollm2-135m, gemma3-270m)"
+            ],
         ),
         (
             {"evaluation": {"levels": ["BabyAI-Nope-v0"]}},

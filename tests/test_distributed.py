@@ -145,7 +145,11 @@ def _kill_tree(process: subprocess.Popen) -> None:
     their own, so the launcher's process group does not reach them)."""
     import psutil
 
-    tree = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(True))]
+    try:
+        children = psutil.Process(process.pid).children(True)
+    except psutil.NoSuchProcess:  # a process of the tree exited while it was being listed
+        children = psutil.Process(process.pid).children(True) if process.poll() is None else []
+    tree = [process.pid, *(child.pid for child in children)]
     for pid in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
