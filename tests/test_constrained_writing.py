@@ -175,6 +175,19 @@ def _writer(**generation: object) -> WritingActorCritic:
     return policy
 
 
+def _update_scores_as_drawn(policy: WritingActorCritic, written) -> None:
+    """The update scores the rollout's answers as they were drawn: PPO's first ratio is 1."""
+    answers = written.answers
+    policy.train()
+    scored = policy([PROMPT] * len(answers.actions), answers)
+    torch.testing.assert_close(
+        scored.dist.log_prob(answers.actions),
+        written.dist.log_prob(answers.actions),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 def test_a_constrained_writer_writes_every_action_and_only_actions(one_torch_thread) -> None:  # noqa: F811
     policy = _writer(constrain="actions").eval()
     torch.manual_seed(0)
@@ -184,15 +197,7 @@ def test_a_constrained_writer_writes_every_action_and_only_actions(one_torch_thr
     counts = torch.bincount(answers.actions, minlength=3).tolist()
     assert all(count > 0 for count in counts), counts
     assert [read_answer(text, NAV) for text in answers.texts] == answers.actions.tolist()
-    # The update scores the rollout's answers as they were drawn: PPO's first ratio is 1.
-    policy.train()
-    scored = policy([PROMPT] * 64, answers)
-    torch.testing.assert_close(
-        scored.dist.log_prob(answers.actions),
-        written.dist.log_prob(answers.actions),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    _update_scores_as_drawn(policy, written)
     # The three actions' probabilities (each over its two spellings) sum to 1 at most.
     assert float(written.dist.log_prob(answers.actions).exp().max()) <= 1.0 + 1e-6
 
@@ -218,14 +223,7 @@ def test_a_constrained_thinker_writes_every_action_after_its_thought(
     assert all(count > 0 for count in torch.bincount(answers.actions, minlength=3).tolist())
     assert all("ACTION:" in text for text in answers.texts)
     assert [read_answer(t, NAV, "think") for t in answers.texts] == answers.actions.tolist()
-    policy.train()
-    scored = policy([PROMPT] * 48, answers)
-    torch.testing.assert_close(
-        scored.dist.log_prob(answers.actions),
-        written.dist.log_prob(answers.actions),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    _update_scores_as_drawn(policy, written)
 
 
 def test_constraints_that_cannot_hold_are_refused() -> None:
