@@ -75,7 +75,22 @@ def token_entropy(logprobs: Tensor) -> Tensor:
     return -(probs * torch.where(probs > 0, logprobs, 0.0)).sum(-1)
 
 
-class AnswerTrie:
+class _Constraint:
+    """What a constraint on the answers shares: `mask(tokens, vocab)` says which tokens may come
+    after each row of answers drawn so far; the update asks it again at every position."""
+
+    def mask(self, tokens: Tensor, vocab: int) -> Tensor:
+        raise NotImplementedError
+
+    def teacher_mask(self, answers: Tensor, vocab: int) -> Tensor:
+        """`(B, T, vocab)` bool: at each position of `answers` `(B, T)`, the tokens allowed after
+        the ones before it (what `mask` said when each token was drawn)."""
+        return torch.stack(
+            [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
+        )
+
+
+class AnswerTrie(_Constraint):
     """The answers a constrained writer may give, as token ids: each of `answers` (an action
     word's tokenisations), then one of `stop_ids`. `mask(tokens)` says, for each row of answers
     drawn so far, which tokens may come next.
@@ -111,15 +126,8 @@ class AnswerTrie:
             mask[row, self.allowed(prefix)] = True
         return mask
 
-    def teacher_mask(self, answers: Tensor, vocab: int) -> Tensor:
-        """`(B, T, vocab)` bool: at each position of `answers` `(B, T)`, the tokens allowed after
-        the ones before it (what `mask` said when each token was drawn)."""
-        return torch.stack(
-            [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
-        )
 
-
-class ThoughtThenAnswer:
+class ThoughtThenAnswer(_Constraint):
     """The answers of a constrained `think` writer: a free thought, then `marker` (the tokens of
     "ACTION:"), then an answer of `trie` (an action word and its end), all within `budget`
     tokens. Same interface as `AnswerTrie` (`mask`, `teacher_mask`, `longest`).
@@ -186,13 +194,6 @@ class ThoughtThenAnswer:
             else:
                 mask[row, allowed] = True
         return mask
-
-    def teacher_mask(self, answers: Tensor, vocab: int) -> Tensor:
-        """`(B, T, vocab)` bool: at each position of `answers` `(B, T)`, what `mask` said when
-        each token was drawn."""
-        return torch.stack(
-            [self.mask(answers[:, :step], vocab) for step in range(answers.shape[1])], 1
-        )
 
 
 AnswerConstraint = AnswerTrie | ThoughtThenAnswer
