@@ -25,8 +25,12 @@ install: $(STAMP)
 demo: install
 	$(PY) scripts/demo.py
 
+# One pytest worker per core, at most 4 (pytest-xdist; a test file stays on one worker, with its
+# module fixtures; each worker holds up to two models of about 1.5 GB); TEST_WORKERS=0 runs the
+# suite in this one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 # The GPU subset (tests marked gpu, tests/test_on_gpu.py) on a CUDA machine; `make test` runs
 # the rest on the CPU there too (tests/conftest.py).
@@ -35,7 +39,7 @@ test-gpu: install
 
 # The suite without the real-SLURM tests (about two minutes shorter).
 test-fast: install
-	$(PY) -m pytest tests -m "not slurm"
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile -m "not slurm"
 
 # Every client path against a server this project did not write (tests/test_served_models.py):
 # llama-cpp-python builds llama.cpp when it installs (28.5 min on the 2-core CPU), so `make test`

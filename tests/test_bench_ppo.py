@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers_launch import accelerate_launch
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_ppo.py"
 
@@ -50,9 +52,14 @@ def test_bench_refuses_a_multi_process_launch() -> None:
     """The figures are one process's. (With a plain `Accelerator()`, this launch on a machine
     without CUDA ran two independent benchmarks side by side, each reporting its own.)"""
     result = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
-        + [str(ROOT / "configs" / "accelerate" / "multi_gpu.yaml"), "--num_processes", "2"]
-        + [str(SCRIPT), "--config-name", "tiny", "--updates", "1"],
+        [
+            *accelerate_launch("multi_gpu", 2),
+            str(SCRIPT),
+            "--config-name",
+            "tiny",
+            "--updates",
+            "1",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
