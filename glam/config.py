@@ -8,19 +8,22 @@ only restates them): `TrainingRunConfig()` in Python is what the training script
 This module holds the core of a training run, its sections `model`, `policy`, `env`, `ppo` and
 `train` (`CoreRunConfig`), and the machinery every config goes through. It knows no coupling
 and no algorithm: each of those declares its own section in its own package, in a light module
-(no torch) that `glam.run_config` imports to assemble the training run's schema,
-`TrainingRunConfig`:
+(no torch) that imports only this one:
 
 - the section is a dataclass decorated with `@config_section("key")`, `key` being its name in
   the presets (`teach.teacher=llm`); its `__post_init__` checks its own values;
-- what it requires of the rest of the run (another section, the core's `policy.kind`...) is its
-  method `check_run(self, run)`, which raises `ValueError` naming the keys to change. The run's
-  `__post_init__` calls every section's `check_run` in the schema's order, then the core's own
-  checks across its sections;
-- `glam.run_config.TrainingRunConfig` holds it as a typed field named `key`.
+- what it requires of the core (`policy.kind`, the env's layout...) is its method
+  `check_run(self, run: CoreRunConfig)`, which raises `ValueError` naming the keys to change;
+- the schema is assembled layer by layer, each trainer's layer adding the sections it reads:
+  `glam.ppo.run_config.PPORunConfig` (`generate`, `algorithm`), `glam.offpolicy.run_config`
+  (`sac`), `glam.baselines.run_config` (`symbolic`, `drrn`), and at the top, above every
+  coupling, `glam.run_config.TrainingRunConfig` (`teach`, `ask`, `oni`, `codeact`). What two
+  sections require of each other is checked by the layer that holds both (`check_sections`).
+  The run's `__post_init__` calls every section's `check_run` in the schema's order, then
+  `check_sections`, then the core's own checks across its sections.
 
-A new coupling or algorithm thus adds its package's config module and its field in
-`glam.run_config`, and never edits this file (tests/test_config.py checks that this file names
+A new coupling or algorithm thus adds its package's config module and its field in the layer
+whose code reads it, and never edits this file (tests/test_config.py checks that this file names
 no section).
 
 Every Hydra script turns its composed config into these objects through one function,
@@ -107,10 +110,10 @@ def config_section(key: str) -> Callable[[type[Schema]], type[Schema]]:
     """Class decorator: the dataclass is the training run's section `key` (its settings are the
     `key.*` keys of the presets), declared in the package of its coupling or algorithm.
 
-    The dataclass checks its own values in `__post_init__`; it may define `check_run(self, run)`,
-    which the run calls with the whole `TrainingRunConfig` to check what the section requires of
-    the other sections, raising `ValueError` with the keys to change. `glam.run_config` holds it
-    as the field `key` of `TrainingRunConfig`.
+    The dataclass checks its own values in `__post_init__`; it may define
+    `check_run(self, run: CoreRunConfig)`, which the run calls to check what the section
+    requires of the core, raising `ValueError` with the keys to change. The schema of the layer
+    whose code reads the section holds it as its field `key` (module docstring).
 
     Raises:
         ValueError: `key` is a core section's, or already another dataclass's.
@@ -603,9 +606,9 @@ def check_trained_precision(cfg: CoreRunConfig) -> None:
 @dataclass
 class CoreRunConfig:
     """The core of a training run's config: model, policy, env, ppo and train, and the checks
-    across them. `glam.run_config.TrainingRunConfig` adds the sections of the couplings and
-    algorithms (`config_section`); `__post_init__` calls each section's `check_run(run)` in the
-    schema's order, then checks the core across its sections.
+    across them. The schemas above it add the sections of the algorithms and couplings
+    (`config_section`; module docstring); `__post_init__` calls each section's `check_run(run)`
+    in the schema's order, then `check_sections`, then checks the core across its sections.
     """
 
     model: ModelConfig = field(
@@ -651,11 +654,17 @@ class CoreRunConfig:
             found[item.name] = section
         return found
 
+    def check_sections(self) -> None:
+        """What the sections require of each other: checked by the schema that holds them
+        (each override calls its parent's first), raising `ValueError` with the keys to change.
+        The core has none."""
+
     def __post_init__(self) -> None:
         for section in self.sections().values():
             check_run = getattr(section, "check_run", None)
             if check_run is not None:
                 check_run(self)
+        self.check_sections()
         check_trained_precision(self)
         if self.train.probe_every and self.policy.kind != "llm":
             raise ValueError(
@@ -845,26 +854,20 @@ def config_main(
 
 def compose_config(
     config_name: str,
-    overrides: Sequence[str] = (),
-    schema_cls: type[Schema] | None = None,
+    overrides: Sequence[str],
+    schema_cls: type[Schema],
     config_dir: Path | str = CONFIG_DIR,
 ) -> Schema:
-    """Compose a preset of `config_dir` with Hydra's compose API and validate it.
+    """Compose a preset of `config_dir` with Hydra's compose API and validate it as `schema_cls`.
 
     The same checks as the scripts run (`check_override_keys`, then `validate_config`), for
-    code that needs a script's config without running it: campaigns, benchmarks, tests.
-    `schema_cls` defaults to the training run's, `glam.run_config.TrainingRunConfig`; the schemas
-    declared so far (`schema_cls`'s among them) are registered first.
+    code that needs a script's config without running it: campaigns, benchmarks, tests. A
+    training run's preset: `glam.run_config.compose_run`. The schemas declared so far
+    (`schema_cls`'s among them) are registered first.
 
     Raises:
         ConfigError: an unknown preset, bad override syntax, unknown key or invalid value.
     """
-    if schema_cls is None:
-        # Imported here, not at the top: the training run's schema is this module's core plus
-        # the sections of other packages, and imports this module.
-        from glam.run_config import TrainingRunConfig
-
-        schema_cls = TrainingRunConfig
     register_configs()
     check_override_keys(overrides, schema_cls)
     try:

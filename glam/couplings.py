@@ -25,7 +25,7 @@ def coupling_hooks(cfg: TrainingRunConfig) -> list[TrainerHook]:
     if cfg.ask.mode != "none":
         hooks.append(AskHook(cfg.ask))
     if cfg.codeact.chooser != "none":
-        hooks.append(CodeactHook(cfg))
+        hooks.append(CodeactHook(cfg.codeact, cfg))
     if cfg.oni.reward_model != "none":  # after codeact: it rewards a coded action's events
         hooks.append(OniHook(cfg.oni, seed=cfg.train.seed))
     return hooks

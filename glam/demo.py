@@ -23,13 +23,13 @@ from typing import Any
 import torch
 
 from babyai_text.actions import get_action_space
-from glam.config import compose_config
 from glam.eval.agents import ScoringAgent
 from glam.eval.config import SEED_BASE
 from glam.eval.episodes import SuiteRun, run_suite
 from glam.eval.stats import summarize
 from glam.eval.suites import Suite
 from glam.policy.llm_policy import LLMActorCritic
+from glam.run_config import compose_run
 
 __all__ = ["DEMO_POLICY", "PRESET", "demo_policy", "play", "read_record", "success_of"]
 
@@ -47,7 +47,7 @@ def read_record() -> dict[str, Any]:
 def demo_policy(trained: bool) -> LLMActorCritic:
     """The preset's policy, untrained (LoRA's zero update: the pretrained model's scores) or
     with the shipped adapter; in eval mode."""
-    cfg = compose_config(PRESET)
+    cfg = compose_run(PRESET)
     if trained:
         cfg.model.lora.init = str(DEMO_POLICY)
     torch.manual_seed(0)  # the heads, which acting does not read
@@ -62,7 +62,7 @@ def play(
     """Play the preset's level on the held-out episodes `SEED_BASE + k` (those the evaluation
     harness plays for `eval.seed=0`), sampling from the policy with each episode's own seeded
     generator, as `scripts/post_training_tests.py` does."""
-    cfg = compose_config(PRESET)
+    cfg = compose_run(PRESET)
 
     def score(prompts: list[str], action_words: tuple[str, ...]) -> torch.Tensor:
         return policy(prompts, [list(action_words)] * len(prompts)).logits

@@ -20,11 +20,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from datasets import (
     Dataset,
     DatasetDict,
@@ -35,6 +36,7 @@ from datasets import (
     load_from_disk,
 )
 
+import babyai_text
 from glam.outputs import DEMOS, check_output_dir
 
 __all__ = [
@@ -43,8 +45,11 @@ __all__ = [
     "DemoDatasetError",
     "DemoRecord",
     "DemoWriter",
+    "ReplayedStep",
     "demo_metadata",
     "load_demos",
+    "replay_demonstrations",
+    "split_pairs",
     "write_demos",
 ]
 
@@ -294,3 +299,99 @@ def _saved_without_rows(path: Path) -> bool:
         return state.is_file() and json.loads(state.read_text()).get("_data_files") == []
     except json.JSONDecodeError:
         return False
+
+
+def split_pairs(pairs: Dataset, eval_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """Hold out `eval_fraction` of the episodes (of the pairs if there is no `episode` column).
+
+    Pairs of one episode are strongly correlated, so the held-out set is made of whole episodes:
+    its accuracy measures imitation on unseen episodes, not recall of neighbouring steps.
+    """
+    rng = np.random.default_rng(seed)
+    groups = np.asarray(pairs["episode"] if "episode" in pairs.column_names else range(len(pairs)))
+    unique = np.unique(groups)
+    if len(unique) < 2:
+        raise DemoDatasetError(
+            f"cannot split {len(pairs)} pairs from {len(unique)} episode(s) into train and eval"
+        )
+    n_eval = min(len(unique) - 1, max(1, round(eval_fraction * len(unique))))
+    held_out = rng.choice(unique, size=n_eval, replace=False)
+    is_eval = np.isin(groups, held_out)
+    return pairs.select(np.flatnonzero(~is_eval)), pairs.select(np.flatnonzero(is_eval))
+
+
+@dataclass
+class ReplayedStep:
+    """One recorded decision, replayed (`replay_demonstrations`)."""
+
+    index: int
+    """Its position in the rows replayed."""
+    obs: dict[str, Any]
+    """The env's observation before the recorded action: what its prompt shows (checked)."""
+    info: dict[str, Any]
+    env: Any
+    """The env in that state, until the iteration goes on."""
+    after: tuple[dict[str, Any], float, bool, bool, dict[str, Any]] | None = None
+    """`(obs, reward, terminated, truncated, info)` of the recorded action, filled when the
+    iteration goes on."""
+
+
+def replay_demonstrations(
+    rows: Sequence[Mapping[str, Any]],
+    level: str,
+    action_space: str,
+    language: str | None = None,
+    *,
+    error: type[Exception] = DemoDatasetError,
+) -> Iterator[ReplayedStep]:
+    """Each demonstrated episode of `rows` (demonstration rows, in any order) replayed: its env
+    reset with its seed and stepped with its recorded actions (`action_index`) in step order.
+    Yields every recorded decision before its action, episode by episode; the action is taken
+    when the iteration goes on, its outcome kept in the step's `after`.
+
+    Raises:
+        error: an episode's steps are not 0, 1, 2..., its replay does not show what a recorded
+            prompt shows (another mission, or an observation missing from the prompt: another
+            level, action space or version of the env), or it ends before its last recorded
+            step; the level or action space is unknown.
+    """
+    try:
+        env = babyai_text.make(level, action_space=action_space, language=language)
+    except ValueError as problem:
+        raise error(str(problem)) from None
+    by_episode: dict[int, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_episode.setdefault(row["episode"], []).append(index)
+    try:
+        for episode, indices in by_episode.items():
+            indices.sort(key=lambda i: rows[i]["step"])
+            steps = [rows[i]["step"] for i in indices]
+            if steps != list(range(len(steps))):
+                raise error(
+                    f"episode {episode}: its steps are {steps[:8]}..., not 0, 1, 2...: the "
+                    "replay needs every action from the episode's start"
+                )
+            obs, info = env.reset(seed=rows[indices[0]]["seed"])
+            ended = False
+            for index in indices:
+                row = rows[index]
+                if ended:
+                    raise error(
+                        f"episode {episode} (seed {row['seed']}) ended in its replay before its "
+                        f"recorded step {row['step']}"
+                    )
+                if obs["mission"] != row["mission"] or not all(
+                    f" {sentence}," in row["prompt"] for sentence in info["descriptions"]
+                ):
+                    raise error(
+                        f"episode {episode} (seed {row['seed']}) step {row['step']}: replaying "
+                        "its actions does not reproduce its prompt; were the demonstrations "
+                        "recorded with another level, action space or version of the env?"
+                    )
+                step = ReplayedStep(index, obs, info, env)
+                yield step
+                obs, reward, terminated, truncated, info = env.step(row["action_index"])
+                step.after = (obs, float(reward), bool(terminated), bool(truncated), info)
+                ended = bool(terminated or truncated)
+    finally:
+        env.close()

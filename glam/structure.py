@@ -4,9 +4,10 @@ layers they stand (docs/architecture.md; the layer order is enforced by tests/te
 The import graph is read with `ast` (no module is imported), counting every import, including
 those inside functions and under `TYPE_CHECKING`: an import moved into a function still couples
 two packages, it only hides a cycle until the function runs. A *unit* is one of glam's
-subpackages (`ppo`, `eval`...) or top-level modules (`scoring`, `trunk`...); the training run's
-schema (`glam.config`, `glam.run_config` and the section each coupling and algorithm declares in
-its own package with `@config_section`) counts as one unit, `config`, wherever its modules live.
+subpackages (`ppo`, `eval`...) or top-level modules (`scoring`, `trunk`...); the core of the
+training run's schema (`glam.config`) and the section each coupling and algorithm declares in
+its own package with `@config_section` count as one unit, `config`, wherever their modules live
+(the schemas that assemble them stand in the layers of the code that reads them).
 
     python scripts/draw_architecture.py        # docs/architecture.png from this graph
 """
@@ -80,9 +81,9 @@ def _declares_a_section(path: Path) -> bool:
 
 @cache
 def schema_modules() -> frozenset[str]:
-    """The training run's schema: its core (`glam.config`), its assembly (`glam.run_config`)
-    and the section each coupling and algorithm declares in its own package."""
-    return frozenset({"glam.config", "glam.run_config"}) | {
+    """The training run's schema's parts: its core (`glam.config`) and the section each
+    coupling and algorithm declares in its own package."""
+    return frozenset({"glam.config"}) | {
         module_name(path) for path in sorted(GLAM.rglob("*.py")) if _declares_a_section(path)
     }
 

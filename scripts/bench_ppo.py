@@ -39,13 +39,13 @@ import torch
 import transformers
 
 from glam.cli import report
-from glam.config import ConfigError, compose_config
+from glam.config import ConfigError
 from glam.outputs import OutputDirError, add_output_file_options, check_output_file, write_json
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.logger import read_metrics
 from glam.ppo.timing import PHASES, peak_rss_mib
 from glam.ppo.trainer import train
-from glam.run_config import TrainingRunConfig
+from glam.run_config import TrainingRunConfig, compose_run
 
 
 def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
         except OutputDirError as error:
             return report(error)
     try:
-        cfg = compose_config(args.config_name, args.overrides)
+        cfg = compose_run(args.config_name, args.overrides)
     except ConfigError as error:
         return report(f"invalid configuration: {error}", status=1)
     try:

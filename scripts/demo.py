@@ -68,12 +68,12 @@ def show_one_step() -> tuple[str, list[str], list[float], float]:
     from accelerate.utils import set_seed
 
     import babyai_text
-    from glam.config import compose_config
     from glam.models.precision import resolve_autocast_bf16
     from glam.policy.llm_policy import LLMActorCritic
     from glam.policy.prompts import PromptHistory
+    from glam.run_config import compose_run
 
-    cfg = compose_config(PRESET)
+    cfg = compose_run(PRESET)
     env_cfg, policy_cfg = cfg.env, cfg.policy
     env = babyai_text.make(env_cfg.name, action_space=env_cfg.action_space)
     obs, info = env.reset(seed=3)
@@ -143,12 +143,12 @@ def show_episode(policy) -> None:  # noqa: ANN001 (glam's policy, imported lazil
     import torch
 
     import babyai_text
-    from glam.config import compose_config
     from glam.demo import PRESET
     from glam.eval.config import SEED_BASE
     from glam.policy.prompts import PromptHistory
+    from glam.run_config import compose_run
 
-    cfg = compose_config(PRESET).env
+    cfg = compose_run(PRESET).env
     env = babyai_text.make(cfg.name, action_space=cfg.action_space)
     obs, info = env.reset(seed=SEED_BASE)
     history = PromptHistory(nbr_obs=cfg.nbr_obs)

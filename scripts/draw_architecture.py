@@ -34,7 +34,7 @@ def main() -> int:
             out, key="--out", writer=WRITER, overwrite=args.overwrite, suffixes=(".png",)
         )
     edges, _ = import_graph()
-    nodes = {"config" if unit == "run_config" else unit for unit in units()}
+    nodes = set(units())
     try:
         layers = longest_path_layers(edges, nodes)
     except ValueError as error:

@@ -27,8 +27,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from glam.cli import report
-from glam.config import compose_config
 from glam.demo import DEMO_POLICY, PRESET, demo_policy, play, success_of
+from glam.run_config import compose_run
 from glam.runs.folder import policy_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = list(csv.DictReader(handle))
     except (OSError, ValueError, KeyError) as error:
         return report(f"cannot read the run or its evaluation: {error}")
-    preset = OmegaConf.to_container(OmegaConf.structured(compose_config(PRESET)))
+    preset = OmegaConf.to_container(OmegaConf.structured(compose_run(PRESET)))
     for section in ("model", "policy", "env"):
         theirs = {k: v for k, v in config[section].items() if k != "autocast_bf16"}
         ours = {k: v for k, v in preset[section].items() if k != "autocast_bf16"}

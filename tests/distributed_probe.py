@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from glam.config import compose_config
 from glam.envs import EnvRunner
 from glam.ppo.buffer import Transitions
 from glam.ppo.entry import exit_training
 from glam.ppo.launch import build_accelerator
 from glam.ppo.setup import build_training
 from glam.ppo.update import _global_mean_std, ppo_update
+from glam.run_config import compose_run
 
 GLOBAL_BATCH = 32
 OVERRIDES = [
@@ -45,7 +45,7 @@ OVERRIDES = [
 
 def fixed_batch() -> Transitions:
     """The same 32 transitions on every process: real prompts, drawn actions and targets."""
-    cfg = compose_config("tiny", OVERRIDES)
+    cfg = compose_run("tiny", OVERRIDES)
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=GLOBAL_BATCH, seed=12345)
     runner.reset()
     generator = torch.Generator().manual_seed(0)
@@ -95,7 +95,7 @@ def main(mode: str, run_dir: Path, out: Path, expected_world: int) -> None:
     accelerator = build_accelerator()
     world, rank = accelerator.num_processes, accelerator.process_index
     assert world == expected_world, f"launched {expected_world} processes, the run sees {world}"
-    cfg = compose_config("tiny", [*OVERRIDES, f"train.resume={mode == 'resume'}"])
+    cfg = compose_run("tiny", [*OVERRIDES, f"train.resume={mode == 'resume'}"])
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()

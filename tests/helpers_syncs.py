@@ -77,13 +77,13 @@ def rollout_and_update_reads(run_dir: Path, accelerator: Any, overrides: list[st
     """One rollout and one update of the `tiny` preset with `overrides`, on the accelerator's
     device, counting the host's reads there: what the rollout and the update asked for, by file,
     with the number of forwards, micro-batches and optimizer steps, and the update's metrics."""
-    from glam.config import compose_config
     from glam.ppo.learner import StopSignal
     from glam.ppo.setup import build_training
     from glam.ppo.trainer import collect_rollout
     from glam.ppo.update import ppo_update
+    from glam.run_config import compose_run
 
-    cfg = compose_config("tiny", [*overrides, f"train.output_dir={run_dir}"])
+    cfg = compose_run("tiny", [*overrides, f"train.output_dir={run_dir}"])
     training = build_training(cfg, accelerator, run_dir)
     stop = StopSignal()
     try:

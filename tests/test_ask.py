@@ -22,7 +22,6 @@ from glam.ask.hook import AskHook, ask_metrics, build_mediator_policy
 from glam.ask.mediated import ASK, CONTINUE, MEDIATOR_ACTIONS, AskCounts, MediatedEnv, query_cost
 from glam.ask.planner import BotPlanner, LLMPlanner, Planner
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.envs import EnvRunner
 from glam.llm.chat import ChatClientError
@@ -31,6 +30,7 @@ from glam.llm.server import ChatServer
 from glam.models.loading import load_model
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import train
+from glam.run_config import compose_run
 from glam.skills import SkillMap, candidate_subgoals
 from glam.teach.scorers import SubgoalScorer
 
@@ -262,14 +262,14 @@ def test_ask_settings_are_checked_and_name_the_coupling() -> None:
     with pytest.raises(ValueError, match="ask.probability"):
         AskConfig(mode="random", probability=1.5)
     with pytest.raises(ValueError, match="policy.kind=symbolic"):
-        compose_config("drrn", ["ask.mode=learned"])
+        compose_run("drrn", ["ask.mode=learned"])
     with pytest.raises(ValueError, match="teach.teacher='bot'"):
-        compose_config("ask_symbolic", ["teach.teacher=bot"])
-    preset = compose_config("ask_symbolic")
+        compose_run("ask_symbolic", ["teach.teacher=bot"])
+    preset = compose_run("ask_symbolic")
     assert (preset.ask.mode, preset.ask.planner, preset.ask.cost) == ("learned", "llm", 0.01)
     assert [type(h) for h in coupling_hooks(preset)] == [AskHook]
     assert coupling_policy_factory(preset, build_symbolic_policy) is build_mediator_policy
-    plain = compose_config("symbolic_ppo")
+    plain = compose_run("symbolic_ppo")
     assert coupling_hooks(plain) == []
     assert coupling_policy_factory(plain, build_symbolic_policy) is build_symbolic_policy
 
@@ -278,9 +278,7 @@ def test_a_hook_that_wraps_nothing_leaves_the_run_bit_identical(tmp_path: Path) 
     accelerator = Accelerator(cpu=True)
     runs = {}
     for name, hooks in (("plain", ()), ("identity", (TrainerHook(),))):
-        cfg = compose_config(
-            "symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"]
-        )
+        cfg = compose_run("symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"])
         train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
         runs[name] = _metrics(tmp_path / name)
     assert len(runs["plain"]) == 3
@@ -292,7 +290,7 @@ def test_a_hook_that_wraps_nothing_leaves_the_run_bit_identical(tmp_path: Path) 
 
 
 def test_a_mediated_run_reports_its_queries(tmp_path: Path) -> None:
-    cfg = compose_config(
+    cfg = compose_run(
         "ask_symbolic",
         [*SMALL_SYMBOLIC, "ask.planner=bot", "ask.mode=always", f"train.output_dir={tmp_path}"],
     )
@@ -367,7 +365,7 @@ def test_the_mediator_learns_to_ask_where_asking_pays(tmp_path: Path) -> None:
         "train.torch_threads=1",
         f"train.output_dir={tmp_path}",
     ]
-    cfg = compose_config("symbolic_ppo", overrides)
+    cfg = compose_run("symbolic_ppo", overrides)
     scorer = MissionScorer()
 
     def hook() -> AskHook:

@@ -31,11 +31,10 @@ from glam.bc.sft import (
     build_sft_config,
     dataset_action_space,
     encode_pairs,
-    split_pairs,
     train_bc,
 )
 from glam.config import CONFIG_DIR, AdapterConfig, ConfigError, ModelConfig, compose_config
-from glam.demos import DemoDatasetError, load_demos, write_demos
+from glam.demos import DemoDatasetError, load_demos, split_pairs, write_demos
 from glam.models.loading import load_model
 from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 from glam.scoring import score_actions, tokenize_candidates

@@ -16,9 +16,8 @@ from safetensors.torch import load_file
 
 from glam.bc.choice import DecisionSet, clone_policy, measure
 from glam.bc.config import CloneConfig, CloneRunConfig
-from glam.bc.sft import split_pairs
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
-from glam.demos import DemoDatasetError, load_demos
+from glam.demos import DemoDatasetError, load_demos, split_pairs
 from glam.models.loading import load_model
 from glam.outputs import OutputDirError, OutputExistsError
 from glam.policy.adapters import apply_lora

@@ -32,7 +32,6 @@ from glam.codeact.loop import OuterLoop, slot_changes
 from glam.codeact.planner import FixedChooser, MissionFamily, RandomChooser, candidate_actions
 from glam.codeact.sandbox import Sandbox
 from glam.codeact.writer import Draft, LibraryWriter, admit
-from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
@@ -44,6 +43,7 @@ from glam.policy.files import CheckpointError
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.setup import build_policy
 from glam.ppo.trainer import train
+from glam.run_config import compose_run
 from glam.runs.errors import SetupError
 from glam.runs.folder import latest_checkpoint
 
@@ -221,7 +221,7 @@ def codeact_overrides(run: Path, *extra: str, total_frames: int = 384) -> list[s
 
 
 def run_codeact(run: Path, *overrides: str, total_frames: int = 384) -> list[dict[str, str]]:
-    cfg = compose_config(
+    cfg = compose_run(
         "codeact_symbolic", codeact_overrides(run, *overrides, total_frames=total_frames)
     )
     hooks = coupling_hooks(cfg)
@@ -310,15 +310,15 @@ def test_a_resumed_run_takes_the_iteration_of_its_checkpoint(tmp_path: Path) -> 
 
 def test_the_config_refuses_coded_actions_where_they_cannot_join() -> None:
     with pytest.raises(ValueError, match="codeact.chooser='random': coded actions join"):
-        compose_config("codeact_symbolic", ["codeact.chooser=random", "teach.teacher=uniform"])
+        compose_run("codeact_symbolic", ["codeact.chooser=random", "teach.teacher=uniform"])
     with pytest.raises(ValueError, match="codeact.chooser"):
-        compose_config("codeact_symbolic", ["codeact.chooser=smart"])
+        compose_run("codeact_symbolic", ["codeact.chooser=smart"])
     with pytest.raises(ValueError, match="codeact.num_actions"):
-        compose_config("codeact_symbolic", ["codeact.num_actions=0"])
+        compose_run("codeact_symbolic", ["codeact.num_actions=0"])
     with pytest.raises(ValueError, match="codeact.critic='gpt'"):
-        compose_config("codeact_symbolic", ["codeact.critic=gpt"])
-    assert compose_config("codeact_symbolic").codeact.critic == "rules"  # the default
-    assert coupling_hooks(compose_config("codeact_symbolic", ["codeact.chooser=none"])) == []
+        compose_run("codeact_symbolic", ["codeact.critic=gpt"])
+    assert compose_run("codeact_symbolic").codeact.critic == "rules"  # the default
+    assert coupling_hooks(compose_run("codeact_symbolic", ["codeact.chooser=none"])) == []
 
 
 def test_a_level_too_small_for_the_slots_stops_at_start_up(tmp_path: Path) -> None:
@@ -407,15 +407,15 @@ def test_a_fixed_chooser_codes_the_listed_names_in_order_any_skill_allowed() -> 
     feedback = loop.review({names[0]: stats(0), names[1]: stats(4)}, 10)  # the door unused
     assert list(loop.begin(feedback=feedback).sources) == ["pick up a key", names[1]]
     with pytest.raises(ValueError, match="codeact.actions lists the sub-actions"):
-        compose_config("codeact_symbolic", ["codeact.chooser=fixed"])
+        compose_run("codeact_symbolic", ["codeact.chooser=fixed"])
     with pytest.raises(ValueError, match="codeact.actions lists the sub-actions"):
-        compose_config("codeact_symbolic", ["codeact.actions=[explore]"])
+        compose_run("codeact_symbolic", ["codeact.actions=[explore]"])
 
 
 def test_a_language_model_policy_scores_the_coded_actions_names(tmp_path: Path) -> None:
     """Any policy of the trainer: the tiny language-model preset scores the names as text; a new
     iteration's names reach its candidates."""
-    cfg = compose_config(
+    cfg = compose_run(
         "tiny",
         [
             "env.name=BabyAI-GoToRedBallNoDists-v0",

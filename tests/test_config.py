@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from glam.config import (
     validate_config,
 )
 from glam.eval.config import PostTrainingTestsConfig
-from glam.run_config import TrainingRunConfig
+from glam.run_config import TrainingRunConfig, compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,11 +55,11 @@ def test_default_preset_is_exactly_the_dataclass_defaults() -> None:
     assert OmegaConf.to_container(preset) == OmegaConf.to_container(
         OmegaConf.structured(TrainingRunConfig())
     )
-    assert compose_config("smollm2_lora_cpu") == TrainingRunConfig()
+    assert compose_run("smollm2_lora_cpu") == TrainingRunConfig()
 
 
 def test_paper_preset_holds_the_papers_values() -> None:
-    paper = compose_config("glam_paper")
+    paper = compose_run("glam_paper")
     assert paper.model.name_or_path == "google/flan-t5-large" and not paper.model.lora.enabled
     assert (paper.policy.temperature, paper.policy.prompt_format) == (1.0, "glam")
     env = paper.env
@@ -88,7 +89,7 @@ def test_paper_preset_holds_the_papers_values() -> None:
 
 
 def test_tiny_preset_keeps_the_values_it_was_tuned_with() -> None:
-    tiny = compose_config("tiny")
+    tiny = compose_run("tiny")
     assert (tiny.policy.temperature, tiny.env.reward_scale, tiny.ppo.micro_batch_size) == (
         1.0,
         20.0,
@@ -111,7 +112,7 @@ def test_the_training_schema_is_the_core_then_the_declared_sections() -> None:
     assert CORE_KEYS == ["model", "policy", "env", "ppo", "train"]
     assert list(glam.config._CORE_KEYS) == CORE_KEYS  # what config_section refuses
     assert SECTION_KEYS == [
-        "symbolic", "drrn", "teach", "ask", "oni", "codeact", "generate", "algorithm", "sac"
+        "generate", "algorithm", "sac", "symbolic", "drrn", "teach", "ask", "oni", "codeact"
     ]  # fmt: skip
     hints = {item.name: item.type for item in dataclasses.fields(TrainingRunConfig)}
     for key in SECTION_KEYS:
@@ -124,6 +125,27 @@ def test_the_training_schema_is_the_core_then_the_declared_sections() -> None:
         SECTION_KEYS
     )
     assert list(TrainingRunConfig().sections()) == SECTION_KEYS
+    # Every section checks only what it requires of the core.
+    for key in SECTION_KEYS:
+        check_run = getattr(SECTIONS[key], "check_run", None)
+        if check_run is not None:
+            assert inspect.signature(check_run).parameters["run"].annotation == "CoreRunConfig"
+
+
+def test_each_layer_of_the_schema_adds_the_sections_its_code_reads() -> None:
+    """The schema is assembled upward (docs/architecture.md): the PPO trainer's, SAC's, the
+    baselines', then the whole run's above the couplings; each module imports the one below."""
+    from glam.baselines.run_config import BaselineRunConfig
+    from glam.offpolicy.run_config import SacRunConfig
+    from glam.ppo.run_config import PPORunConfig
+
+    tower = [CoreRunConfig, PPORunConfig, SacRunConfig, BaselineRunConfig, TrainingRunConfig]
+    names = [[item.name for item in dataclasses.fields(schema)] for schema in tower]
+    added = [upper[len(lower) :] for lower, upper in itertools.pairwise(names)]
+    assert added == [
+        ["generate", "algorithm"], ["sac"], ["symbolic", "drrn"], ["teach", "ask", "oni", "codeact"]
+    ]  # fmt: skip
+    assert all(issubclass(upper, lower) for lower, upper in itertools.pairwise(tower))
 
 
 def test_the_core_config_file_names_no_section() -> None:
@@ -236,9 +258,9 @@ def test_command_line_keys_are_checked_with_or_without_plus(override: str) -> No
 
 def test_compose_config_reports_unknown_presets_and_bad_values() -> None:
     with pytest.raises(ConfigError, match="Cannot find primary config 'tiny-nope'.*tiny"):
-        compose_config("tiny-nope")
+        compose_run("tiny-nope")
     with pytest.raises(ConfigError, match="ppo.lr: Value 'abc' .* could not be converted"):
-        compose_config("tiny", ["ppo.lr=abc"])
+        compose_run("tiny", ["ppo.lr=abc"])
     evaluation = compose_config(
         "post_training_tests", ["eval.episodes=3"], PostTrainingTestsConfig, CONFIG_DIR / "eval"
     )

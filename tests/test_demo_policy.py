@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from glam.config import compose_config
 from glam.demo import DEMO_POLICY, PRESET, demo_policy, play, read_record, success_of
+from glam.run_config import compose_run
 
 
 @pytest.fixture(autouse=True)
@@ -27,13 +27,13 @@ def test_the_adapter_is_the_presets_and_its_record_says_how_it_was_made() -> Non
     assert record["command"].startswith("python scripts/train_language_agent.py ")
     assert "--config-name" not in record["command"]  # the default preset, as the record says
     assert len(record["commit"]) >= 7
-    lora = compose_config(PRESET).model.lora
+    lora = compose_run(PRESET).model.lora
     adapter = json.loads((DEMO_POLICY / "adapter_config.json").read_text())
     assert adapter["r"] == lora.r and adapter["lora_alpha"] == lora.alpha
     assert len(adapter["layers_to_transform"]) == lora.layers
     assert sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert record["config"]["model"]["lora"]["r"] == lora.r
-    assert record["config"]["env"]["name"] == compose_config(PRESET).env.name
+    assert record["config"]["env"]["name"] == compose_run(PRESET).env.name
     assert record["frames"] == record["config"]["train"]["total_frames"]
     for name in ("untrained", "trained"):
         assert 0.0 <= record["demo"][name]["success_rate"] <= 1.0

@@ -40,11 +40,12 @@ from glam.baselines.drrn_trainer import (
     train_drrn,
 )
 from glam.baselines.replay import ReplayBuffer
-from glam.config import EnvConfig, PolicyConfig, compose_config
+from glam.config import EnvConfig, PolicyConfig
 from glam.envs import EnvRunner
 from glam.policy.llm_policy import CheckpointError, PolicyOutput
 from glam.ppo.logger import read_metrics
 from glam.ppo.rollout import play_episodes
+from glam.run_config import compose_run
 from glam.runs.checkpoint import check_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -463,7 +464,7 @@ def test_resume_continues_frames_rows_seeds_and_learning_state(
     envs_before = json.loads((before / "rank_0" / "envs.json").read_text())
     frames = state["frames"] + 2 * FRAMES_PER_ROW
     overrides = [*SMALL, f"train.output_dir={run_dir}", "train.resume=true"]
-    cfg = compose_config("drrn", [*overrides, f"train.total_frames={frames}"])
+    cfg = compose_run("drrn", [*overrides, f"train.total_frames={frames}"])
     assert _run_script_in_process(cfg) == 0
     output = capsys.readouterr().out
     assert f"resumed from {before}" in output
@@ -492,7 +493,7 @@ def test_resume_restores_target_network_optimizer_and_replay(stopped_run, tmp_pa
     run_dir = shutil.copytree(source, tmp_path / "restored")
     checkpoint = _checkpoint(run_dir)
     saved_steps = json.loads((checkpoint / "drrn_state.json").read_text())["gradient_steps"]
-    cfg = compose_config("drrn", [*SMALL, f"train.output_dir={run_dir}", "train.resume=true"])
+    cfg = compose_run("drrn", [*SMALL, f"train.output_dir={run_dir}", "train.resume=true"])
     t = build_drrn_training(cfg, Accelerator(cpu=True), run_dir)
     try:
         assert t.gradient_steps == saved_steps > 0
@@ -527,7 +528,7 @@ def test_a_run_that_cannot_start_exits_2_saying_why(
 ) -> None:
     source, _ = stopped_run
     run_dir = shutil.copytree(source, tmp_path / "used")
-    cfg = compose_config("drrn", [*SMALL, f"train.output_dir={run_dir}", *overrides])
+    cfg = compose_run("drrn", [*SMALL, f"train.output_dir={run_dir}", *overrides])
     assert _run_script_in_process(cfg) == 2
     assert message in capsys.readouterr().err
 
@@ -603,7 +604,7 @@ def test_drrn_learns_to_go_to_the_red_ball_far_better_than_random(tmp_path: Path
     from glam.runs.folder import policy_dir
 
     run_dir = tmp_path / "learn"
-    cfg = compose_config(
+    cfg = compose_run(
         "drrn", [f"train.output_dir={run_dir}", "train.total_frames=6144", "train.seed=1"]
     )
     threads = torch.get_num_threads()

@@ -22,13 +22,13 @@ from omegaconf import OmegaConf
 import babyai_text
 from glam.ask.config import AskConfig
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import compose_config
 from glam.couplings import coupling_hooks, coupling_policy_factory
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
 from glam.eval.mediator_agent import MediatorAgent
 from glam.policy.files import CheckpointError
 from glam.ppo.trainer import train
+from glam.run_config import compose_run
 from glam.runs.folder import policy_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def mediator_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of the ask_symbolic preset with the bot planner, `ask.mode=learned`, cost 0.02."""
     run = tmp_path_factory.mktemp("ask") / "run"
     overrides = [*SMALL, "ask.planner=bot", "ask.cost=0.02", f"train.output_dir={run}"]
-    cfg = compose_config("ask_symbolic", overrides)
+    cfg = compose_run("ask_symbolic", overrides)
     policy = coupling_policy_factory(cfg, build_symbolic_policy)
     train(cfg, Accelerator(cpu=True), run, make_policy=policy, hooks=coupling_hooks(cfg))
     return run

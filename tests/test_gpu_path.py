@@ -306,16 +306,17 @@ def test_a_resume_seeing_one_gpu_restores_the_rng_of_the_gpu_it_trained_on(
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_full_fine_tuning_of_low_precision_weights_is_refused(dtype: str) -> None:
-    from glam.config import ConfigError, compose_config
+    from glam.config import ConfigError
+    from glam.run_config import compose_run
 
     full = ["model.lora.enabled=false", f"model.dtype={dtype}"]
     with pytest.raises(
         ConfigError, match=f"model.dtype={dtype} with full fine-tuning.*autocast_bf16=true"
     ):
-        compose_config("tiny", full)
+        compose_run("tiny", full)
     # An adapter stays fp32 over a low-precision base; fp32 weights under bf16 autocast are fine.
-    assert compose_config("tiny", [f"model.dtype={dtype}"]).model.dtype == dtype
-    compose_config("tiny", ["model.lora.enabled=false", "model.autocast_bf16=true"])
+    assert compose_run("tiny", [f"model.dtype={dtype}"]).model.dtype == dtype
+    compose_run("tiny", ["model.lora.enabled=false", "model.autocast_bf16=true"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import babyai_text
-from glam.config import EnvConfig, PolicyConfig, compose_config
+from glam.config import EnvConfig, PolicyConfig
 from glam.envs import EnvRunner
 from glam.offpolicy.hindsight import (
     HindsightBuffer,
@@ -31,6 +31,7 @@ from glam.offpolicy.hindsight import (
 )
 from glam.offpolicy.trainer import _hindsight_buffer
 from glam.policy.observations import GridObservations, TextObservations
+from glam.run_config import compose_run
 from glam.runs.errors import SetupError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +193,7 @@ def test_sac_with_hindsight_trains(tmp_path: Path) -> None:
 
 
 def test_hindsight_is_refused_on_other_missions() -> None:
-    cfg = compose_config("sac_symbolic", ["env.name=BabyAI-PickupLoc-v0", "sac.her=true"])
+    cfg = compose_run("sac_symbolic", ["env.name=BabyAI-PickupLoc-v0", "sac.her=true"])
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=2, seed=0, observation_kind="grid")
     runner.reset()
     with pytest.raises(SetupError, match="sac.her relabels GoTo missions"):

@@ -54,10 +54,10 @@ def exact_fp32() -> None:
 def _prompts(count: int) -> tuple[list[str], list[list[str]]]:
     """GLAM prompts of the tiny preset's level a few random steps in, with its candidates (two
     lists cut short: the padding of ragged lists is -inf on every device)."""
-    from glam.config import compose_config
     from glam.envs import EnvRunner
+    from glam.run_config import compose_run
 
-    cfg = compose_config("tiny", [f"env.num_envs={count}", "env.nbr_obs=3"])
+    cfg = compose_run("tiny", [f"env.num_envs={count}", "env.nbr_obs=3"])
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=count, seed=4321)
     runner.reset()
     generator = torch.Generator().manual_seed(0)

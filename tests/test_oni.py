@@ -32,7 +32,6 @@ from helpers_tiny import one_torch_thread
 
 from babyai_text import get_action_space
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import compose_config
 from glam.couplings import coupling_hooks
 from glam.llm.server import ChatServer
 from glam.oni.agreement import agreement, collect_messages, draw
@@ -54,6 +53,7 @@ from glam.oni.oracle import mission_objects, oracle_label
 from glam.oni.rewards import ClassifierReward, RankingReward, RetrievalReward, decayed
 from glam.ppo.entry import run_training
 from glam.ppo.trainer import train
+from glam.run_config import compose_run
 from glam.runs.checkpoint import check_checkpoint
 from glam.runs.folder import latest_checkpoint
 from glam.teach.scorers import LocalScorer, OpenAIScorer
@@ -531,12 +531,12 @@ def test_oni_settings_are_checked_and_name_the_coupling() -> None:
     with pytest.raises(ValueError, match="oni.intrinsic_coef"):
         OniConfig(intrinsic_coef=-1.0)
     with pytest.raises(ValueError, match="policy.kind=symbolic or llm"):
-        compose_config("drrn", ["oni.reward_model=retrieval"])
-    preset = compose_config("oni_symbolic")
+        compose_run("drrn", ["oni.reward_model=retrieval"])
+    preset = compose_run("oni_symbolic")
     assert (preset.oni.reward_model, preset.oni.backend) == ("retrieval", "local")
     assert preset.env.name == "BabyAI-UnlockPickup-v0"
     assert [type(h) for h in coupling_hooks(preset)] == [OniHook]
-    assert coupling_hooks(compose_config("oni_symbolic", ["oni.reward_model=none"])) == []
+    assert coupling_hooks(compose_run("oni_symbolic", ["oni.reward_model=none"])) == []
 
 
 def test_oni_without_intrinsic_weight_trains_exactly_as_plain_ppo(tmp_path: Path) -> None:
@@ -546,7 +546,7 @@ def test_oni_without_intrinsic_weight_trains_exactly_as_plain_ppo(tmp_path: Path
         ("plain", "symbolic_ppo", []),
         ("oni", "oni_symbolic", ["oni.backend=oracle", "oni.intrinsic_coef=0"]),
     ):
-        cfg = compose_config(
+        cfg = compose_run(
             preset, [*SMALL_SYMBOLIC, *LEVEL, *extra, f"train.output_dir={tmp_path / name}"]
         )
         hooks = coupling_hooks(cfg)
@@ -573,7 +573,7 @@ def _ready_annotator(cfg: OniConfig) -> Annotator:
 
 
 def test_an_oni_run_rewards_labelled_events(tmp_path: Path) -> None:
-    cfg = compose_config(
+    cfg = compose_run(
         "oni_symbolic",
         [
             *SMALL_SYMBOLIC,
@@ -595,7 +595,7 @@ def test_an_oni_run_rewards_labelled_events(tmp_path: Path) -> None:
 
 def test_an_oni_run_ranks_events_from_preferences(tmp_path: Path) -> None:
     """Motif's ranking model in a training run (the oracle's preferences, in this process)."""
-    cfg = compose_config(
+    cfg = compose_run(
         "oni_symbolic",
         [
             *SMALL_SYMBOLIC,
@@ -618,7 +618,7 @@ def test_an_oni_run_ranks_events_from_preferences(tmp_path: Path) -> None:
 
 def test_a_hung_annotator_stops_the_run_and_keeps_its_checkpoints(tmp_path: Path) -> None:
     # The oracle labels its first batch, then sleeps: the next messages wait past the time-out.
-    cfg = compose_config(
+    cfg = compose_run(
         "oni_symbolic",
         [
             *SMALL_SYMBOLIC,
@@ -757,7 +757,7 @@ def test_the_agreement_script_writes_its_tables(tiny_folder: Path, tmp_path: Pat
 
 def test_oni_joins_a_language_model_policy(tmp_path: Path) -> None:
     """Any policy of the trainer: the tiny language-model preset, on UnlockPickup's actions."""
-    cfg = compose_config(
+    cfg = compose_run(
         "tiny",
         [
             *LEVEL,

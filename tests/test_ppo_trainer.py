@@ -820,14 +820,17 @@ def test_a_total_below_one_update_is_said_to_be_rounded_up(
     """`train.total_frames` below one update was rounded up 4x without a word."""
     cfg = tiny_config()
     cfg.train = TrainConfig(total_frames=8, progress_bar=False)
-    logger, progress = open_logs(cfg, accelerator, tmp_path, "a: 1\n", TrainerState(), 1, 32)
+    config_yaml, logger, progress = open_logs(
+        cfg, accelerator, tmp_path, None, TrainerState(), 1, 32
+    )
     logger.close()
     progress.close()
     assert (
         "[glam] train.total_frames=8 is not reached in whole updates of 32 frames: the run stops "
         "after update 1, at 32 frames"
     ) in capsys.readouterr().out
-    assert (tmp_path / "config.yaml").read_text() == "a: 1\n"
+    assert (tmp_path / "config.yaml").read_text() == config_yaml
+    assert OmegaConf.create(config_yaml).train.total_frames == 8
 
 
 def _metric_rows(run_dir: Path) -> list[dict[str, str]]:

@@ -22,11 +22,11 @@ from helpers_launch import accelerate_launch
 from safetensors.torch import load_file
 
 from glam.baselines.loading import load_policy
-from glam.config import compose_config
 from glam.envs import EnvRunner
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.logger import read_metrics
 from glam.ppo.rollout import play_episodes
+from glam.run_config import compose_run
 from glam.runs.checkpoint import check_checkpoint
 from glam.runs.folder import policy_dir
 
@@ -133,13 +133,13 @@ def test_bad_settings_are_named_before_anything_runs(tmp_path: Path) -> None:
     ]
     for overrides, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
-            compose_config("sac_symbolic", [*SMALL, *overrides])
+            compose_run("sac_symbolic", [*SMALL, *overrides])
     done = _train(tmp_path / "bad", *SMALL, "sac.tau=0")  # as a user meets it: exit 1
     assert done.returncode == 1 and "sac.tau must be in (0, 1]" in done.stderr
     drrn = _train(tmp_path / "drrn", "algorithm.name=sac", config="drrn")
     assert drrn.returncode == 1 and "policy.kind=llm or symbolic" in drrn.stderr
     with pytest.raises(ValueError, match="a policy that scores its actions"):
-        compose_config("drrn", ["algorithm.name=sac"])
+        compose_run("drrn", ["algorithm.name=sac"])
     assert not (tmp_path / "bad").exists()
 
 
@@ -219,7 +219,7 @@ def test_sac_learns_to_go_to_the_red_ball(tmp_path: Path) -> None:
     run_dir = tmp_path / "learn"
     done = _train(run_dir, "train.total_frames=8192", "train.progress_bar=false")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    cfg = compose_config("sac_symbolic", [])
+    cfg = compose_run("sac_symbolic", [])
     runner = EnvRunner(
         cfg.env, cfg.policy, num_envs=EVAL_EPISODES, seed=EVAL_SEED, observation_kind="grid"
     )

@@ -40,7 +40,7 @@ LAYERS = [
     ["ppo"],
     ["offpolicy", "probe", "teach"],
     ["baselines"],
-    ["ask", "codeact"],
+    ["ask", "codeact", "run_config"],
     ["eval"],
     ["bc", "campaign", "compare", "demo", "oni"],
     ["couplings"],
@@ -48,8 +48,9 @@ LAYERS = [
 """glam's units in layers, from the bottom: a unit imports only units of lower layers
 (`test_every_import_goes_down_the_layers`). Written here once; docs/architecture.md lists them
 and draws them (`scripts/draw_architecture.py`). A new subpackage or top-level module gets its
-row here. `config` is the training run's schema wherever its modules live
-(`glam.structure.schema_modules`)."""
+row here. `config` is the core of the training run's schema and the sections, wherever their
+modules live (`glam.structure.schema_modules`); `run_config` assembles the whole schema above
+the couplings."""
 
 
 def _import_tuples() -> list[tuple[str, str, Path, int, bool]]:
@@ -109,10 +110,10 @@ def _layer_of() -> dict[str, int]:
 
 def test_every_unit_has_one_layer() -> None:
     """Every subpackage and top-level module stands in exactly one row of `LAYERS`
-    (`run_config` counts as `config`), and no row names a unit that is gone."""
+    and no row names a unit that is gone."""
     placed = [unit for layer in LAYERS for unit in layer]
     assert len(placed) == len(set(placed)), "a unit stands in two layers"
-    present = {"config" if unit == "run_config" else unit for unit in units()} | {"glam"}
+    present = set(units()) | {"glam"}
     assert set(placed) == present, (
         f"not in LAYERS: {sorted(present - set(placed))}; gone: {sorted(set(placed) - present)}"
     )
@@ -204,13 +205,11 @@ def test_the_training_schema_imports_only_itself() -> None:
 
 def test_glam_modules_are_imported_at_the_top_of_modules() -> None:
     """A glam import inside a function is how a cycle hides; heavy optional dependencies
-    (deepspeed, wandb, matplotlib) may still be imported late, glam's own modules may not. One
-    exception inside the schema's own layer: `glam.config.compose_config` defaults to the
-    training run's schema, `glam.run_config`, which imports `glam.config`."""
+    (deepspeed, wandb, matplotlib) may still be imported late, glam's own modules may not."""
     late = [
         f"{path.relative_to(ROOT)}:{line} imports glam.{target}"
         for _, target, path, line, in_function in _import_tuples()
-        if in_function and not (path == GLAM / "config.py" and target == "config")
+        if in_function
     ]
     assert not late, "imports of glam inside functions:\n" + "\n".join(late)
 
@@ -383,12 +382,10 @@ def test_scripts_report_bad_input_through_one_function() -> None:
 
 
 KNOWN_MODULE_CIRCLES = {
-    "glam": ["glam.config", "glam.run_config", "glam.config"],
     "glam.ppo": ["glam.ppo.hooks", "glam.ppo.setup", "glam.ppo.hooks"],
 }
-"""Circles between the modules of one package that are still there: the run's schema, whose
-composition sits in the lowest module (`glam.config` <-> `glam.run_config`), and the hooks'
-type of the trainer's state (`glam.ppo.hooks` <-> `glam.ppo.setup`, under TYPE_CHECKING)."""
+"""Circles between the modules of one package that are still there: the hooks' type of the
+trainer's state (`glam.ppo.hooks` <-> `glam.ppo.setup`, under TYPE_CHECKING)."""
 
 
 def _module_graph() -> dict[str, dict[str, set[str]]]:

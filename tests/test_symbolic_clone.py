@@ -20,9 +20,9 @@ from glam.baselines.config import SymbolicConfig
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
 from glam.bc.choice import DecisionSet, clone_policy, replay_grids, split_decisions
 from glam.bc.config import CloneConfig, CloneRunConfig
-from glam.config import ConfigError, PolicyConfig, compose_config, validate_config
+from glam.config import ConfigError, PolicyConfig, validate_config
 from glam.demos import DemoDatasetError, load_demos
-from glam.run_config import TrainingRunConfig
+from glam.run_config import TrainingRunConfig, compose_run
 from glam.runs.errors import SetupError
 
 LEVEL = "BabyAI-GoToRedBall-v0"
@@ -42,7 +42,7 @@ def _run(redball_demos: Path, out: Path, **clone: object) -> CloneRunConfig:
 
 
 def _warm_config(init_policy: Path, seed: int = 3, **symbolic: object) -> TrainingRunConfig:
-    cfg = compose_config(
+    cfg = compose_run(
         "symbolic_ppo",
         [
             f"env.name={LEVEL}",

@@ -26,7 +26,7 @@ from babyai_text import TextVectorEnv
 from glam.baselines.config import SymbolicConfig
 from glam.baselines.loading import load_policy
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
-from glam.config import ConfigError, EnvConfig, PPOConfig, check_recurrence, compose_config
+from glam.config import ConfigError, EnvConfig, PPOConfig, check_recurrence
 from glam.envs import EnvRunner, resolve_action_space
 from glam.eval.agents import SymbolicAgent
 from glam.eval.builders import build_agent
@@ -41,6 +41,7 @@ from glam.ppo.learner import StopSignal
 from glam.ppo.rollout import play_episodes
 from glam.ppo.trainer import collect_rollout, train
 from glam.ppo.update import policy_output, ppo_update
+from glam.run_config import compose_run
 from glam.runs.checkpoint import read_trainer_state
 from glam.runs.errors import SetupError
 from glam.runs.folder import latest_checkpoint, policy_dir
@@ -175,11 +176,11 @@ def test_a_buffer_with_memory_hands_its_rollout_over_env_by_env() -> None:
 
 def test_recurrence_must_tile_the_rollout_and_every_minibatch() -> None:
     with pytest.raises(ConfigError, match=r"ppo.recurrence=20 must divide ppo.frames_per_env=128"):
-        compose_config("symbolic_ppo", ["symbolic.memory=true"])
+        compose_run("symbolic_ppo", ["symbolic.memory=true"])
     with pytest.raises(ConfigError, match=r"each process, ppo.minibatch_size=256 \("):
-        compose_config("symbolic_ppo", ["symbolic.memory=true", "ppo.frames_per_env=120"])
+        compose_run("symbolic_ppo", ["symbolic.memory=true", "ppo.frames_per_env=120"])
     with pytest.raises(ConfigError, match=r"ppo.recurrence=4 must divide ppo.micro_batch_size=6"):
-        compose_config(
+        compose_run(
             "symbolic_ppo",
             ["symbolic.memory=true", "ppo.recurrence=4", "ppo.micro_batch_size=6"],
         )
@@ -188,7 +189,7 @@ def test_recurrence_must_tile_the_rollout_and_every_minibatch() -> None:
     with pytest.raises(ValueError, match=r"ppo.minibatch_size=32 / 4 processes = 8 \("):
         check_recurrence(ppo, processes=4)
     # Without memory the key is not read.
-    assert compose_config("symbolic_ppo").ppo.recurrence == 20
+    assert compose_run("symbolic_ppo").ppo.recurrence == 20
 
 
 def test_the_memory_presets_are_their_bases_with_memory() -> None:
@@ -196,8 +197,8 @@ def test_the_memory_presets_are_their_bases_with_memory() -> None:
         ("symbolic_ppo_memory", "symbolic_ppo"),
         ("teach_symbolic_memory", "teach_symbolic"),
     ):
-        with_memory = OmegaConf.to_container(OmegaConf.structured(compose_config(preset)))
-        without = OmegaConf.to_container(OmegaConf.structured(compose_config(base)))
+        with_memory = OmegaConf.to_container(OmegaConf.structured(compose_run(preset)))
+        without = OmegaConf.to_container(OmegaConf.structured(compose_run(base)))
         changed = {
             (section, key)
             for section, values in with_memory.items()
@@ -238,7 +239,7 @@ def _short_episode_runner(cfg, max_steps: int = 3) -> EnvRunner:
 
 
 def test_the_rollout_zeroes_the_memory_where_an_episode_ends_and_goes_on_with_it() -> None:
-    cfg = compose_config("symbolic_ppo", SMALL_MEMORY)
+    cfg = compose_run("symbolic_ppo", SMALL_MEMORY)
     torch.manual_seed(0)
     policy = build_symbolic_policy(cfg, None)
     runner = _short_episode_runner(cfg)
@@ -264,7 +265,7 @@ def test_the_rollout_zeroes_the_memory_where_an_episode_ends_and_goes_on_with_it
 
 
 def test_a_time_out_is_valued_with_the_memory_of_the_episode_it_ends() -> None:
-    cfg = compose_config("symbolic_ppo", [*SMALL_MEMORY, "ppo.bootstrap_truncated=true"])
+    cfg = compose_run("symbolic_ppo", [*SMALL_MEMORY, "ppo.bootstrap_truncated=true"])
     torch.manual_seed(0)
     policy = build_symbolic_policy(cfg, None)
     runner = _short_episode_runner(cfg)
@@ -293,7 +294,7 @@ def test_a_time_out_is_valued_with_the_memory_of_the_episode_it_ends() -> None:
 def test_the_update_replays_the_rollouts_memories_exactly() -> None:
     """The first epoch's forward over sequences (stored memory at each start, carried and zeroed
     at episode ends) gives the rollout's log-probs and values: PPO's first ratio is 1."""
-    cfg = compose_config("symbolic_ppo", SMALL_MEMORY)
+    cfg = compose_run("symbolic_ppo", SMALL_MEMORY)
     torch.manual_seed(0)
     policy = build_symbolic_policy(cfg, None)
     runner = _short_episode_runner(cfg)  # episodes end inside the sequences
@@ -371,7 +372,7 @@ class RowCheck(TrainerHook):
 def test_a_student_with_memory_is_taught_checkpointed_and_resumed(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     overrides = [*SMALL_MEMORY, "teach.teacher=bot", "teach.off_after=2", "train.save_every=1"]
-    cfg = compose_config("symbolic_ppo", [*overrides, f"train.output_dir={run_dir}"])
+    cfg = compose_run("symbolic_ppo", [*overrides, f"train.output_dir={run_dir}"])
     rows = RowCheck()
     result = train(
         cfg,
@@ -394,7 +395,7 @@ def test_a_student_with_memory_is_taught_checkpointed_and_resumed(tmp_path: Path
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=3, seed=10**9, observation_kind="grid")
     assert len(play_episodes(saved.eval(), runner, greedy=True)) == 3
     runner.close()
-    more = compose_config(
+    more = compose_run(
         "symbolic_ppo",
         [*overrides, "train.total_frames=256", "train.resume=true", f"train.output_dir={run_dir}"],
     )
@@ -410,7 +411,7 @@ def test_a_run_resumes_only_with_the_memory_setting_of_its_network(tmp_path: Pat
     _policy(SymbolicConfig(**{**MEMORY.__dict__, "memory": False})).save_pretrained(
         checkpoint / "policy", training_env=TRAINED_ENV
     )
-    cfg = compose_config("symbolic_ppo", SMALL_MEMORY)
+    cfg = compose_run("symbolic_ppo", SMALL_MEMORY)
     with pytest.raises(
         SetupError,
         match=r"cannot resume: .*policy holds a network without memory, the run has "

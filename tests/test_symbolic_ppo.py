@@ -22,10 +22,10 @@ from helpers_launch import accelerate_launch
 
 from glam.baselines.loading import load_policy
 from glam.baselines.symbolic import SymbolicActorCritic, build_symbolic_policy
-from glam.config import compose_config
 from glam.envs import EnvRunner
 from glam.ppo.rollout import play_episodes
 from glam.ppo.trainer import train
+from glam.run_config import compose_run
 from glam.runs.checkpoint import read_trainer_state
 from glam.runs.folder import latest_checkpoint, policy_dir
 
@@ -78,7 +78,7 @@ SMALL = [
 
 def small(overrides: list[str] = ()) -> object:
     """The `SMALL` run's config, with `overrides` after its settings."""
-    return compose_config("symbolic_ppo", [*SMALL, *overrides])
+    return compose_run("symbolic_ppo", [*SMALL, *overrides])
 
 
 def test_a_symbolic_run_writes_the_run_folder_and_resumes(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_a_symbolic_run_writes_the_run_folder_and_resumes(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_symbolic_ppo_learns_go_to_red_ball(tmp_path: Path) -> None:
-    cfg = compose_config(
+    cfg = compose_run(
         "symbolic_ppo", ["train.total_frames=24576", "train.progress_bar=false", "train.seed=1"]
     )
     run_dir = tmp_path / "learn"

@@ -19,12 +19,13 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 
 import babyai_text
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import PPOConfig, compose_config
+from glam.config import PPOConfig
 from glam.envs import EnvRunner
 from glam.eval.student_agreement import mission_in_view, student_agreement
 from glam.ppo.hooks import TrainerHook
 from glam.ppo.trainer import train
 from glam.ppo.update import _chunk_loss
+from glam.run_config import compose_run
 from glam.runs.checkpoint import TrainerState
 from glam.skills import candidate_subgoals
 from glam.teach.config import TeachConfig
@@ -56,7 +57,7 @@ def test_bad_teach_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="teach.temperature"):
         TeachConfig(teacher="llm", temperature=0.0)
     with pytest.raises(ValueError, match="not into DRRN"):
-        compose_config("drrn", ["teach.teacher=bot"])
+        compose_run("drrn", ["teach.teacher=bot"])
 
 
 # --- The distillation term ---------------------------------------------------------------------
@@ -83,7 +84,7 @@ def _minibatch(seed: int = 0):
     """A symbolic policy and a minibatch of 8 grid transitions with a teacher's tensors."""
     from glam.ppo.buffer import Transitions
 
-    cfg = compose_config("symbolic_ppo", SMALL_SYMBOLIC)
+    cfg = compose_run("symbolic_ppo", SMALL_SYMBOLIC)
     torch.manual_seed(seed)
     policy = build_symbolic_policy(cfg, None)
     runner = EnvRunner(cfg.env, cfg.policy, num_envs=8, seed=123, observation_kind="grid")
@@ -150,9 +151,7 @@ def test_an_inactive_teacher_leaves_the_run_bit_identical(tmp_path: Path) -> Non
         ("plain", ()),
         ("off", (TeachHook(TeachConfig(teacher="bot", off_after=0)),)),
     ):
-        cfg = compose_config(
-            "symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"]
-        )
+        cfg = compose_run("symbolic_ppo", [*SMALL_SYMBOLIC, f"train.output_dir={tmp_path / name}"])
         train(cfg, accelerator, tmp_path / name, make_policy=build_symbolic_policy, hooks=hooks)
         runs[name] = _metrics(tmp_path / name)
     assert len(runs["plain"]) == 3
@@ -272,7 +271,7 @@ def test_a_bot_teacher_makes_the_student_agree_with_the_bot(
     ]
     agreement, policies = {}, {}
     for name, teach in (("plain", None), ("taught", TeachConfig(teacher="bot", coef_decay=0.0))):
-        cfg = compose_config("symbolic_ppo", [*overrides, f"train.output_dir={tmp_path / name}"])
+        cfg = compose_run("symbolic_ppo", [*overrides, f"train.output_dir={tmp_path / name}"])
 
         def make_policy(cfg, resume_from, name=name):  # noqa: ANN001, ANN202
             policies[name] = build_symbolic_policy(cfg, resume_from)

@@ -19,15 +19,7 @@ from helpers_couplings import server, tiny_folder
 from helpers_tiny import one_torch_thread, tiny_seq2seq_lm
 
 from glam.baselines.symbolic import build_symbolic_policy
-from glam.config import (
-    AdapterConfig,
-    EnvConfig,
-    ModelConfig,
-    PolicyConfig,
-    PPOConfig,
-    TrainConfig,
-    compose_config,
-)
+from glam.config import AdapterConfig, EnvConfig, ModelConfig, PolicyConfig, PPOConfig, TrainConfig
 from glam.couplings import coupling_hooks
 from glam.eval.config import AgentConfig, EvalConfig, PostTrainingTestsConfig
 from glam.eval.harness import evaluate
@@ -35,7 +27,7 @@ from glam.llm.chat import ChatClientError
 from glam.llm.local import LocalChatClient
 from glam.llm.server import ChatServer
 from glam.ppo.trainer import train
-from glam.run_config import TrainingRunConfig
+from glam.run_config import TrainingRunConfig, compose_run
 from glam.teach.config import TeachConfig
 from glam.teach.hook import build_teacher
 from glam.teach.scorers import LocalScorer, OpenAIScorer
@@ -151,7 +143,7 @@ def _metrics(run: Path) -> list[dict[str, str]]:
 def test_an_llm_teacher_teaches_inside_a_training_run(tiny_folder: Path, tmp_path: Path) -> None:
     """teach.teacher=llm through the trainer: the model is asked about the situations the
     student meets (each distinct one once), then not at all once the schedule ends."""
-    cfg = compose_config(
+    cfg = compose_run(
         "teach_symbolic",
         [
             f"teach.model={tiny_folder}",

@@ -26,19 +26,13 @@ from helpers_tiny import (
     tiny_seq2seq_lm,
 )
 
-from glam.config import (
-    AdapterConfig,
-    ConfigError,
-    ModelConfig,
-    PolicyConfig,
-    PPOConfig,
-    compose_config,
-)
+from glam.config import AdapterConfig, ConfigError, ModelConfig, PolicyConfig, PPOConfig
 from glam.policy import LLMActorCritic, glam_prompt
 from glam.policy.observations import TextObservations
 from glam.ppo.buffer import Transitions
 from glam.ppo.trainer import train
 from glam.ppo.update import _chunk_loss, ppo_update
+from glam.run_config import compose_run
 from glam.runs.errors import SetupError
 from glam.trunk import TrunkStates, layer_stack, trainable_layers
 
@@ -121,8 +115,8 @@ def test_lora_layers_past_the_top_are_refused() -> None:
 )
 def test_bad_lora_layers_stop_at_start_up(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        compose_config("tiny", [f"model.lora.layers={value}"])
-    assert compose_config("tiny", ["model.lora.layers=[1,0]"]).model.lora.layers == [0, 1]
+        compose_run("tiny", [f"model.lora.layers={value}"])
+    assert compose_run("tiny", ["model.lora.layers=[1,0]"]).model.lora.layers == [0, 1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,7 +383,7 @@ def test_corrupted_trunk_states_move_the_loss() -> None:
 
 
 def _tiny_run(tmp_path: Path, *overrides: str) -> tuple[Path, str]:
-    cfg = compose_config(
+    cfg = compose_run(
         "tiny",
         ["train.total_frames=128", "train.save_every=0", "ppo.frames_per_env=16", *overrides],
     )
@@ -446,7 +440,7 @@ def test_a_checkpoint_from_before_the_layers_key_resumes_and_a_changed_one_does_
 
     from glam.runs.lifecycle import check_same_run
 
-    cfg = compose_config("tiny")
+    cfg = compose_run("tiny")
     checkpoint = tmp_path / "update_000001"
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text(

@@ -27,7 +27,6 @@ from glam.config import (
     PolicyConfig,
     PPOConfig,
     TrainConfig,
-    compose_config,
 )
 from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import Answers
@@ -42,7 +41,7 @@ from glam.ppo.setup import build_policy
 from glam.ppo.trainer import collect_rollout, train
 from glam.ppo.update import _chunk_loss, policy_output, ppo_update
 from glam.ppo.written import PolicyCollapsed, WrittenEnvRunner, answer_statistics
-from glam.run_config import TrainingRunConfig
+from glam.run_config import TrainingRunConfig, compose_run
 from glam.runs.errors import SetupError
 from glam.trunk import TrunkStates
 
@@ -270,7 +269,7 @@ def test_ppo_gives_the_numbers_it_gave_before_the_algorithm_seam(
 
 
 def _writer_config(*overrides: str) -> TrainingRunConfig:
-    return compose_config(
+    return compose_run(
         "tiny",
         [
             "policy.kind=generate",
@@ -503,7 +502,7 @@ def test_a_written_grpo_run_resumed_mid_run_plays_on_as_the_uninterrupted_one(
 def test_grpo_trains_a_scoring_policy_on_the_episodes_that_end_in_a_rollout(
     tmp_path: Path, accelerator: Accelerator, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = compose_config(
+    cfg = compose_run(
         "tiny",
         [
             "algorithm.name=grpo", "algorithm.group_size=2", "algorithm.kl_coef=0",
@@ -712,5 +711,5 @@ def test_the_configuration_says_what_does_not_go_together() -> None:
         AlgorithmConfig(clip_level="token")
     assert AlgorithmConfig(name="gigpo").clip_level == "token"
     with pytest.raises(ConfigError, match="generate.invalid_penalty must be >= 0"):
-        compose_config("tiny", ["generate.invalid_penalty=-1"])
+        compose_run("tiny", ["generate.invalid_penalty=-1"])
     np.testing.assert_equal(AlgorithmConfig().name, "ppo")

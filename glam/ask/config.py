@@ -6,13 +6,8 @@ training run's schema (`glam.run_config`) and evaluation's configs import it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import DEFAULT_MODEL, check_choice, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import DEFAULT_MODEL, CoreRunConfig, check_choice, config_section
 
 ASK_MODES: tuple[str, ...] = ("none", "learned", "always", "skill_end", "random")
 """When the agent asks the planner (besides the forced queries when a skill ends or fails):
@@ -81,17 +76,13 @@ class AskConfig:
         if not self.timeout > 0 or self.max_retries < 0:
             raise ValueError("ask.timeout must be > 0 and ask.max_retries >= 0")
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """The mediator is the symbolic network, and its actions are not a teacher's."""
+    def check_run(self, run: CoreRunConfig) -> None:
+        """The mediator is the symbolic network (its actions are not a teacher's:
+        `glam.run_config.TrainingRunConfig.check_sections`)."""
         if self.mode == "none":
             return
         if run.policy.kind != "symbolic":
             raise ValueError(
                 f"ask.mode={self.mode!r}: the mediator is the symbolic network "
                 f"(policy.kind=symbolic), not policy.kind={run.policy.kind!r}"
-            )
-        if run.teach.teacher != "none":
-            raise ValueError(
-                f"ask.mode={self.mode!r} with teach.teacher={run.teach.teacher!r}: a teacher "
-                "advises primitive actions, the mediator's actions are ask and continue"
             )

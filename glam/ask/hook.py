@@ -25,10 +25,10 @@ import torch
 from glam.ask.config import AskConfig
 from glam.ask.mediated import MEDIATOR_ACTIONS, AskCounts, MediatedEnv
 from glam.ask.planner import BotPlanner, LLMPlanner, Planner
+from glam.baselines.run_config import BaselineRunConfig
 from glam.baselines.symbolic import SymbolicActorCritic, resume_symbolic_policy
 from glam.policy.files import env_record
 from glam.ppo.hooks import TrainerHook
-from glam.run_config import TrainingRunConfig
 from glam.skills import SkillMap
 from glam.teach.scorers import SubgoalScorer, build_scorer
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["AskHook", "ask_metrics", "build_mediator_policy"]
 
 
-def build_mediator_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
+def build_mediator_policy(cfg: BaselineRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
     """The mediator: a fresh symbolic network of the `symbolic` settings over `MEDIATOR_ACTIONS`,
     or the one saved in `checkpoint / "policy"` (the trainer's `PolicyFactory`)."""
     if checkpoint is not None:

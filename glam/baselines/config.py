@@ -1,18 +1,20 @@
 """The sections `symbolic` and `drrn` of a training run: the networks of the agents GLAM is
 compared with (`glam.baselines.symbolic`, `glam.baselines.drrn`), declared with
-`glam.config.config_section`. A light module (no torch): the training run's schema
-(`glam.run_config`) imports it.
+`glam.config.config_section`. A light module (no torch): the baselines' schema
+(`glam.baselines.run_config`) imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import check_choice, check_positive, check_recurrence, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
+from glam.config import (
+    CoreRunConfig,
+    check_choice,
+    check_positive,
+    check_recurrence,
+    config_section,
+)
 
 
 @config_section("symbolic")
@@ -51,8 +53,9 @@ class SymbolicConfig:
                 f"symbolic.vocabulary_buckets must be >= 2, got {self.vocabulary_buckets}"
             )
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """A network with memory is updated in whole sequences of `ppo.recurrence` steps."""
+    def check_run(self, run: CoreRunConfig) -> None:
+        """A network with memory is updated in whole sequences of `ppo.recurrence` steps (the
+        algorithms that cannot train it: `glam.baselines.run_config`)."""
         if run.policy.kind == "symbolic" and self.memory:
             check_recurrence(run.ppo)
 
@@ -102,6 +105,30 @@ class DRRNConfig:
     log_every: int = 1024
     """Frames between two rows of metrics.csv, rounded up to a multiple of `env.num_envs`: the
     "update" of a DRRN run (`train.save_every` counts them)."""
+    demos: str = ""
+    """A demonstrations folder (`scripts/collect_bot_demos.py`'s) DRRN also learns from, as
+    DQfD does (Hester et al. 2018): its episodes replayed from their seeds into transitions in
+    the run's own prompt format, kept apart from the agent's replay and never dropped, a share
+    of every TD batch (`demo_share`) with a large-margin loss toward the demonstrated action
+    (`demo_margin`, `demo_loss_coef`), after `demo_pretrain_steps` steps on them alone. Empty:
+    none. The episodes `demo_held_out` and `demo_split_seed` hold out are left out, as the
+    clones of `scripts/clone_policy.py` leave them out (its `clone.eval_fraction`,
+    `clone.seed`): DRRN learns from the demonstrations a clone is trained on."""
+    demo_share: float = 0.25
+    """With `demos`: the share of each TD batch drawn from the demonstrations (DQfD draws them
+    by priority; a fixed share here)."""
+    demo_margin: float = 0.8
+    """With `demos`: the margin l of DQfD's supervised loss max_a [Q(s, a) + l (a != a_E)] -
+    Q(s, a_E) on demonstrated states (DQfD's value)."""
+    demo_loss_coef: float = 1.0
+    """With `demos`: the weight of the margin loss beside the TD loss (DQfD's lambda_2)."""
+    demo_pretrain_steps: int = 0
+    """With `demos`: gradient steps on demonstrations alone before the first env step of a
+    fresh run (DQfD's pre-training phase)."""
+    demo_held_out: float = 0.2
+    """With `demos`: the share of its episodes left out (`glam.demos.split_pairs`)."""
+    demo_split_seed: int = 0
+    """With `demos`: the seed of that split."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -123,3 +150,12 @@ class DRRNConfig:
             raise ValueError("drrn.updates_per_step and drrn.learning_starts must be >= 0")
         if self.vocabulary_buckets < 2:
             raise ValueError(f"drrn.vocabulary_buckets must be >= 2, got {self.vocabulary_buckets}")
+        if not 0.0 <= self.demo_share < 1.0 or not 0.0 <= self.demo_held_out < 1.0:
+            raise ValueError(
+                "drrn.demo_share and drrn.demo_held_out must be in [0, 1), got "
+                f"{self.demo_share} and {self.demo_held_out}"
+            )
+        if self.demo_margin < 0 or self.demo_loss_coef < 0 or self.demo_pretrain_steps < 0:
+            raise ValueError(
+                "drrn.demo_margin, drrn.demo_loss_coef and drrn.demo_pretrain_steps must be >= 0"
+            )

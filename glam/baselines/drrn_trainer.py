@@ -40,23 +40,28 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from glam.baselines.config import DRRNConfig
+from glam.baselines.demo_transitions import load_demo_transitions
 from glam.baselines.drrn import NETWORK_FIELDS, DRRNPolicy
 from glam.baselines.replay import ReplayBuffer
+from glam.baselines.run_config import BaselineRunConfig
+from glam.demos import DemoDatasetError
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
-from glam.offpolicy.rows import RowTraining, train_in_rows
+from glam.offpolicy.rows import train_in_rows
 from glam.policy.llm_policy import CheckpointError
-from glam.ppo.learner import StopSignal, TrainResult, episode_metrics, raise_if_diverged
-from glam.ppo.logger import MetricsLogger, ProgressBar
+from glam.ppo.learner import (
+    LearnerTraining,
+    StopSignal,
+    TrainResult,
+    episode_metrics,
+    raise_if_diverged,
+)
 from glam.ppo.rollout import EpisodeStats
 from glam.ppo.setup import open_logs
-from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState
 from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
-    announce_resume,
     open_run_dir,
     raise_on_any,
-    resolved_config_yaml,
     restore_training_state,
 )
 
@@ -103,6 +108,22 @@ def td_loss(q_taken: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.smooth_l1_loss(q_taken, targets)
 
 
+def margin_loss(q_values: torch.Tensor, actions: torch.Tensor, margin: float) -> torch.Tensor:
+    """DQfD's large-margin loss on demonstrated states (Hester et al. 2018, eq. 2), mean over
+    the rows: `max_a [Q(s, a) + l(a_E, a)] - Q(s, a_E)`, `l` being `margin` for every action
+    but the demonstrated `a_E` and 0 for it. Zero where the demonstrated action's value leads
+    every other's by `margin`; absent candidates (-inf) never count.
+
+    Args:
+        q_values: `(B, C)` Q values, -inf where a candidate is absent.
+        actions: `(B,)` long, the demonstrated action of each row.
+        margin: `l`, >= 0.
+    """
+    chosen = q_values.gather(1, actions[:, None])
+    bonus = torch.full_like(q_values, margin).scatter(1, actions[:, None], 0.0)
+    return ((q_values + bonus).max(dim=1).values - chosen.squeeze(1)).mean()
+
+
 def epsilon_at(frames: int, cfg: DRRNConfig) -> float:
     """Epsilon of epsilon-greedy exploration after `frames` frames (linear decay)."""
     progress = min(1.0, frames / cfg.epsilon_decay_frames) if cfg.epsilon_decay_frames else 1.0
@@ -137,14 +158,26 @@ class Row:
     episodes: EpisodeStats = field(default_factory=EpisodeStats)
     td_losses: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
+    demo_margins: list[float] = field(default_factory=list)
+    """With `drrn.demos`: the margin loss of each gradient step's demonstrated rows."""
+    demo_agreements: list[float] = field(default_factory=list)
+    """With `drrn.demos`: the share of those rows whose greedy action is the demonstrated one."""
     q_max_sum: float = 0.0
     """Sum over the states acted in of max_a Q(s, a)."""
     states: int = 0
     seconds: float = 0.0
 
+    def add(self, step: StepStats) -> None:
+        """Keep a gradient step's figures."""
+        self.td_losses.append(step.td)
+        self.grad_norms.append(step.grad_norm)
+        if step.demo_margin is not None:
+            self.demo_margins.append(step.demo_margin)
+            self.demo_agreements.append(step.demo_agreement)
+
 
 def train_drrn(
-    cfg: TrainingRunConfig,
+    cfg: BaselineRunConfig,
     accelerator: Accelerator,
     run_dir: Path,
     stop: StopSignal | None = None,
@@ -175,6 +208,8 @@ def play_and_learn(t: DRRNTraining, stop: StopSignal) -> Row:
     """Step every local env `steps_per_update` times (fewer on a stop signal), storing each
     transition and taking the TD gradient steps due after each env step."""
     cfg, accelerator = t.cfg, t.accelerator
+    if t.demos is not None and t.state.frames == 0:
+        pretrain_on_demos(t)
     row, start = Row(), time.perf_counter()
     for _ in range(t.steps_per_update):
         prompts, candidates = t.runner.prompts(), t.runner.candidates()
@@ -205,26 +240,74 @@ def play_and_learn(t: DRRNTraining, stop: StopSignal) -> Row:
         # Every process computes the same count from the global frames: the same number of
         # gradient steps everywhere, as DDP's collective backward needs.
         frames += cfg.env.num_envs
-        due = int(max(0, frames - cfg.drrn.learning_starts) * cfg.drrn.updates_per_step)
+        due = t.pretrained_steps + int(
+            max(0, frames - cfg.drrn.learning_starts) * cfg.drrn.updates_per_step
+        )
         while t.gradient_steps < due:
-            loss, grad_norm = td_step(t)
-            row.td_losses.append(loss)
-            row.grad_norms.append(grad_norm)
+            row.add(td_step(t))
         if stop.requested(accelerator):
             break
     row.seconds = time.perf_counter() - start
     return row
 
 
-def td_step(t: DRRNTraining) -> tuple[float, float]:
+@dataclass
+class StepStats:
+    """What one gradient step measured."""
+
+    td: float
+    grad_norm: float
+    demo_margin: float | None = None
+    """The margin loss of the batch's demonstrated rows (None without `drrn.demos`)."""
+    demo_agreement: float = math.nan
+    """The share of those rows whose greedy action is the demonstrated one."""
+
+
+def pretrain_on_demos(t: DRRNTraining) -> None:
+    """DQfD's pre-training: the gradient steps of `drrn.demo_pretrain_steps` not yet taken, on
+    batches of demonstrations alone, before a fresh run's first env step; says how the margin
+    loss and the agreement with the demonstrations moved."""
+    steps = [
+        td_step(t, demo_share=1.0)
+        for _ in range(t.pretrained_steps, t.cfg.drrn.demo_pretrain_steps)
+    ]
+    t.pretrained_steps += len(steps)
+    if steps:
+        first, last = steps[: max(1, len(steps) // 10)], steps[-max(1, len(steps) // 10) :]
+
+        def mean(part: list[StepStats], name: str) -> float:
+            return sum(getattr(step, name) for step in part) / len(part)
+
+        t.accelerator.print(
+            f"[glam] drrn.demos: {len(steps)} gradient steps on the demonstrations alone "
+            f"(first and last tenth): margin loss {mean(first, 'demo_margin'):.3f} -> "
+            f"{mean(last, 'demo_margin'):.3f}, greedy agreement with them "
+            f"{mean(first, 'demo_agreement'):.3f} -> {mean(last, 'demo_agreement'):.3f}, TD "
+            f"{mean(first, 'td'):.4f} -> {mean(last, 'td'):.4f}"
+        )
+
+
+def td_step(t: DRRNTraining, demo_share: float | None = None) -> StepStats:
     """One gradient step of the Huber TD loss on a replay sample; every
     `drrn.target_update_every` steps, the target network takes the online weights.
+
+    With `drrn.demos`, `demo_share` of the batch (`drrn.demo_share` unless given; 1 during the
+    pre-training) is drawn from the demonstrations, whose rows add `drrn.demo_loss_coef` times
+    the margin loss (`margin_loss`) to the TD loss.
 
     Raises:
         TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
     """
     cfg, accelerator, device = t.cfg.drrn, t.accelerator, t.accelerator.device
-    batch = t.replay.sample(t.local_batch_size)
+    demos = 0
+    if t.demos is not None:
+        share = cfg.demo_share if demo_share is None else demo_share
+        demos = round(t.local_batch_size * share)
+    batch = t.replay.sample(t.local_batch_size - demos) if demos < t.local_batch_size else None
+    if demos:
+        demonstrated = t.demos.sample(demos)  # type: ignore[union-attr]  # demos > 0
+        batch = demonstrated if batch is None else batch.join(demonstrated)
+    assert batch is not None
     with torch.no_grad():
         next_values = t.target(batch.next_prompts, batch.next_candidates).values
     targets = td_targets(
@@ -232,8 +315,16 @@ def td_step(t: DRRNTraining) -> tuple[float, float]:
     )
     t.model.train()
     q_values = t.model(batch.prompts, batch.candidates).logits
-    q_taken = q_values.gather(1, batch.actions.to(device)[:, None]).squeeze(1)
+    actions = batch.actions.to(device)
+    q_taken = q_values.gather(1, actions[:, None]).squeeze(1)
     loss = td_loss(q_taken, targets)
+    stats = StepStats(td=loss.item(), grad_norm=math.nan)
+    if demos:
+        demo_q, demo_actions = q_values[-demos:], actions[-demos:]
+        margin = margin_loss(demo_q, demo_actions, cfg.demo_margin)
+        loss = loss + cfg.demo_loss_coef * margin
+        stats.demo_margin = margin.item()
+        stats.demo_agreement = (demo_q.argmax(dim=1) == demo_actions).float().mean().item()
     raise_if_diverged(accelerator, not torch.isfinite(loss).item())
     t.optimizer.zero_grad()
     accelerator.backward(loss)
@@ -243,7 +334,8 @@ def td_step(t: DRRNTraining) -> tuple[float, float]:
     t.gradient_steps += 1
     if t.gradient_steps % cfg.target_update_every == 0:
         t.target.load_state_dict(t.policy.state_dict())
-    return loss.item(), grad_norm
+    stats.grad_norm = grad_norm
+    return stats
 
 
 def row_metrics(t: DRRNTraining, row: Row) -> dict[str, float]:
@@ -271,6 +363,14 @@ def row_metrics(t: DRRNTraining, row: Row) -> dict[str, float]:
         "charts/learning_rate": t.optimizer.param_groups[0]["lr"],
         "charts/fps": row.frames / row.seconds if row.seconds > 0 else math.nan,
     }
+    if t.demos is not None:  # every process drew as many demonstrated rows
+        demo = torch.tensor(
+            [mean(row.demo_margins), mean(row.demo_agreements)],
+            dtype=torch.float64,
+            device=accelerator.device,
+        )
+        margin, agreement = (accelerator.reduce(demo) / accelerator.num_processes).tolist()
+        metrics["losses/demo_margin"], metrics["charts/demo_agreement"] = margin, agreement
     if t.cfg.drrn.exploration == "epsilon":
         metrics["charts/epsilon"] = epsilon_at(t.state.frames, t.cfg.drrn)
     else:
@@ -283,35 +383,25 @@ def row_metrics(t: DRRNTraining, row: Row) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class DRRNTraining(RowTraining):
-    """Everything the loop works with, built by `build_drrn_training`."""
+@dataclass(kw_only=True)
+class DRRNTraining(LearnerTraining[BaselineRunConfig]):
+    """Everything the loop works with, built by `build_drrn_training`: every learner's state
+    (`LearnerTraining`; `model` is the online network, an update is a row, the scheduler is
+    constant, kept so that the checkpoint has PPO's layout) and DRRN's own."""
 
-    cfg: TrainingRunConfig
-    accelerator: Accelerator
-    run_dir: Path
-    config_yaml: str
-    runner: EnvRunner
-    model: torch.nn.Module
-    """The online network as `accelerator.prepare` returned it (DDP over several processes)."""
     policy: DRRNPolicy
-    """The same online network, unwrapped (acting needs no gradient synchronisation)."""
+    """The online network, unwrapped (acting needs no gradient synchronisation)."""
     target: DRRNPolicy
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    """Constant; kept so that the checkpoint has PPO's layout."""
     replay: ReplayBuffer
-    state: TrainerState
-    logger: MetricsLogger
-    progress: ProgressBar
-    resumed_from: Path | None
-    num_updates: int
-    """Rows of the whole run: those done plus those that reach `train.total_frames`."""
     steps_per_update: int
     """Env steps per row (`drrn.log_every` frames over `env.num_envs` envs, rounded up)."""
     local_batch_size: int
     gradient_steps: int = 0
-    saved: tuple[int, Path] | None = None
+    """Gradient steps taken, the pre-training's included."""
+    demos: ReplayBuffer | None = None
+    """The demonstrations' transitions (`drrn.demos`), the same on every process."""
+    pretrained_steps: int = 0
+    """Gradient steps taken on demonstrations alone before the first env step."""
 
     def write_extra(self, folder: Path) -> None:
         self.replay.save(folder / f"rank_{self.accelerator.process_index}")
@@ -320,12 +410,15 @@ class DRRNTraining(RowTraining):
                 k: v.detach().cpu().contiguous() for k, v in self.target.state_dict().items()
             }
             save_file(weights, folder / TARGET_FILE)
-            state = {"gradient_steps": self.gradient_steps}
+            state = {
+                "gradient_steps": self.gradient_steps,
+                "pretrained_steps": self.pretrained_steps,
+            }
             (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
 
 
 def build_drrn_training(
-    cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
+    cfg: BaselineRunConfig, accelerator: Accelerator, run_dir: Path
 ) -> DRRNTraining:
     """Check the layout and the run folder, pick and check the checkpoint to resume, build envs,
     networks, optimizer, replay buffer and logs, and restore the checkpoint."""
@@ -334,6 +427,7 @@ def build_drrn_training(
     resume_from = open_run_dir(cfg, accelerator, run_dir)
     if resume_from is not None:
         _check_same_network(cfg, resume_from)
+    demos = _demo_transitions(cfg, accelerator)
 
     local_envs = cfg.env.num_envs // world
     try:
@@ -365,7 +459,7 @@ def build_drrn_training(
 
     steps_per_update = -(-cfg.drrn.log_every // cfg.env.num_envs)
     frames_per_update = steps_per_update * cfg.env.num_envs
-    state, gradient_steps = TrainerState(world_size=world), 0
+    state, gradient_steps, pretrained_steps = TrainerState(world_size=world), 0, 0
     num_updates = -(-cfg.train.total_frames // frames_per_update)
     if resume_from is not None:
         state, env_state = restore_training_state(
@@ -374,17 +468,16 @@ def build_drrn_training(
         runner.load_state_dict(env_state)
         for group in optimizer.param_groups:  # the learning rate follows this session's config
             group["lr"] = cfg.drrn.lr
-        gradient_steps = _load_drrn_state(accelerator, resume_from, target, replay)
+        gradient_steps, pretrained_steps = _load_drrn_state(
+            accelerator, resume_from, target, replay
+        )
         left = -(-(cfg.train.total_frames - state.frames) // frames_per_update)
         num_updates = state.update + max(0, left)
-    announce_resume(cfg, accelerator, run_dir, resume_from, state)
-
-    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates, frames_per_update)
-    logger, progress = open_logs(
+    config_yaml, logger, progress = open_logs(
         cfg,
         accelerator,
         run_dir,
-        config_yaml,
+        resume_from,
         state,
         num_updates,
         frames_per_update,
@@ -412,10 +505,31 @@ def build_drrn_training(
         local_batch_size=cfg.drrn.batch_size // world,
         gradient_steps=gradient_steps,
         saved=None if resume_from is None else (state.update, resume_from),
+        demos=demos,
+        pretrained_steps=pretrained_steps,
     )
 
 
-def _check_drrn_layout(cfg: TrainingRunConfig, accelerator: Accelerator) -> None:
+def _demo_transitions(cfg: BaselineRunConfig, accelerator: Accelerator) -> ReplayBuffer | None:
+    """`drrn.demos`' transitions (None without), said where they come from."""
+    drrn = cfg.drrn
+    if not drrn.demos:
+        return None
+    try:
+        demos, episodes = load_demo_transitions(drrn, cfg.env, cfg.policy.prompt_format)
+    except DemoDatasetError as error:
+        raise SetupError(f"drrn.demos={drrn.demos!r}: {error}") from None
+    kept = f", {drrn.demo_held_out:.0%} of its episodes held out" if drrn.demo_held_out else ""
+    accelerator.print(
+        f"[glam] drrn.demos: {len(demos)} transitions of {episodes} demonstrated episodes from "
+        f"{drrn.demos}{kept}; {drrn.demo_share:.0%} of each TD batch, margin loss "
+        f"{drrn.demo_margin} x {drrn.demo_loss_coef}, {drrn.demo_pretrain_steps} steps on them "
+        "alone first"
+    )
+    return demos
+
+
+def _check_drrn_layout(cfg: BaselineRunConfig, accelerator: Accelerator) -> None:
     world = accelerator.num_processes
     if cfg.policy.kind != "drrn":
         raise SetupError(f"policy.kind={cfg.policy.kind!r}: train_drrn trains policy.kind=drrn")
@@ -448,7 +562,7 @@ def _check_drrn_layout(cfg: TrainingRunConfig, accelerator: Accelerator) -> None
             )
 
 
-def _check_same_network(cfg: TrainingRunConfig, checkpoint: Path) -> None:
+def _check_same_network(cfg: BaselineRunConfig, checkpoint: Path) -> None:
     """Refuse to resume a checkpoint whose network has other sizes."""
     saved = OmegaConf.load(checkpoint / "config.yaml").get("drrn") or {}
     changed = [
@@ -465,22 +579,25 @@ def _check_same_network(cfg: TrainingRunConfig, checkpoint: Path) -> None:
 
 def _load_drrn_state(
     accelerator: Accelerator, checkpoint: Path, target: DRRNPolicy, replay: ReplayBuffer
-) -> int:
-    """Restore the target network, this process's replay buffer and the gradient step count;
-    a missing or malformed file stops every process with a message (collective)."""
-    problem, gradient_steps = None, 0
+) -> tuple[int, int]:
+    """Restore the target network, this process's replay buffer and the gradient step counts
+    (all, and those of the pre-training on demonstrations); a missing or malformed file stops
+    every process with a message (collective)."""
+    problem, gradient_steps, pretrained_steps = None, 0, 0
     try:
         for name in (TARGET_FILE, STATE_FILE):
             if not (checkpoint / name).is_file():
                 raise ValueError(f"{name} is missing")
         target.load_state_dict(load_file(checkpoint / TARGET_FILE))
-        gradient_steps = int(json.loads((checkpoint / STATE_FILE).read_text())["gradient_steps"])
+        counts = json.loads((checkpoint / STATE_FILE).read_text())
+        gradient_steps = int(counts["gradient_steps"])
+        pretrained_steps = int(counts.get("pretrained_steps", 0))  # none before drrn.demos
         replay.load(checkpoint / f"rank_{accelerator.process_index}")
     except (OSError, RuntimeError, ValueError, KeyError, TypeError, SafetensorError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         problem = f"cannot resume from {checkpoint}: {lines[0]}"
     raise_on_any(accelerator, problem)
-    return gradient_steps
+    return gradient_steps, pretrained_steps
 
 
 def _summary_line(t: DRRNTraining, metrics: dict[str, float]) -> str:

@@ -37,6 +37,21 @@ class ReplayBatch:
     terminals: torch.Tensor
     """`(B,)` bool: the episode terminated (success or failure), not a time-out."""
 
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def join(self, other: ReplayBatch) -> ReplayBatch:
+        """This batch's transitions, then `other`'s."""
+        return ReplayBatch(
+            prompts=self.prompts + other.prompts,
+            candidates=self.candidates + other.candidates,
+            actions=torch.cat([self.actions, other.actions]),
+            rewards=torch.cat([self.rewards, other.rewards]),
+            next_prompts=self.next_prompts + other.next_prompts,
+            next_candidates=self.next_candidates + other.next_candidates,
+            terminals=torch.cat([self.terminals, other.terminals]),
+        )
+
 
 class ReplayBuffer:
     """The last `capacity` transitions of one process's envs, in a ring."""

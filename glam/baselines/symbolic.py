@@ -50,6 +50,7 @@ from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 from torch import Tensor, nn
 
 from glam.baselines.config import SymbolicConfig
+from glam.baselines.run_config import BaselineRunConfig
 from glam.baselines.words import encode_texts
 from glam.config import EnvConfig
 from glam.envs import resolve_action_space
@@ -65,7 +66,6 @@ from glam.policy.files import (
 )
 from glam.policy.heads import mlp
 from glam.policy.output import PolicyOutput
-from glam.run_config import TrainingRunConfig
 from glam.runs.errors import SetupError
 
 __all__ = [
@@ -343,7 +343,7 @@ class SymbolicActorCritic(nn.Module):
         self.load_state_dict(acting, strict=False)
 
 
-def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
+def build_symbolic_policy(cfg: BaselineRunConfig, checkpoint: Path | None) -> SymbolicActorCritic:
     """The PPO trainer's `PolicyFactory` for `policy.kind=symbolic`: a fresh network of the
     `symbolic` settings over the env's actions (with `train.init_policy`, the acting weights of
     a saved one and a fresh critic), or the one saved in `checkpoint / "policy"`."""
@@ -363,7 +363,7 @@ def build_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> Sy
     return policy
 
 
-def resume_symbolic_policy(cfg: TrainingRunConfig, checkpoint: Path) -> SymbolicActorCritic:
+def resume_symbolic_policy(cfg: BaselineRunConfig, checkpoint: Path) -> SymbolicActorCritic:
     """The symbolic network saved in `checkpoint / "policy"`, for the run `cfg` resumes.
 
     Raises:

@@ -36,12 +36,17 @@ from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import get_scheduler
 
-import babyai_text
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.bc.config import CloneConfig, CloneRunConfig
-from glam.bc.sft import dataset_action_space, split_pairs
+from glam.bc.sft import dataset_action_space
 from glam.config import EnvConfig
-from glam.demos import DemoDatasetError, demo_metadata, load_demos
+from glam.demos import (
+    DemoDatasetError,
+    demo_metadata,
+    load_demos,
+    replay_demonstrations,
+    split_pairs,
+)
 from glam.outputs import mark
 from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
@@ -120,36 +125,10 @@ def replay_grids(pairs: Dataset, language: str | None = None) -> GridObservation
             f"the demonstrations mix levels {sorted(levels)} or action spaces {sorted(spaces)}: "
             "the symbolic network is cloned on one level and action space at a time"
         )
-    env = babyai_text.make(levels.pop(), action_space=spaces.pop(), language=language)
     rows = pairs.select_columns(sorted(needed | {"prompt"})).to_list()
-    by_episode: dict[int, list[int]] = {}
-    for index, row in enumerate(rows):
-        by_episode.setdefault(row["episode"], []).append(index)
     seen: list[dict | None] = [None] * len(rows)
-    try:
-        for episode, indices in by_episode.items():
-            indices.sort(key=lambda i: rows[i]["step"])
-            if [rows[i]["step"] for i in indices] != list(range(len(indices))):
-                raise DemoDatasetError(
-                    f"episode {episode}: its steps are not 0, 1, 2...: the replay needs every "
-                    "action from the episode's start"
-                )
-            obs, info = env.reset(seed=rows[indices[0]]["seed"])
-            for position, index in enumerate(indices):
-                row = rows[index]
-                if obs["mission"] != row["mission"] or not all(
-                    f" {sentence}," in row["prompt"] for sentence in info["descriptions"]
-                ):
-                    raise DemoDatasetError(
-                        f"episode {episode} (seed {row['seed']}) step {row['step']}: replaying "
-                        "its actions does not reproduce its prompt; were the demonstrations "
-                        "recorded with another level, action space or version of the env?"
-                    )
-                seen[index] = obs
-                if position + 1 < len(indices):
-                    obs, _, _, _, info = env.step(row["action_index"])
-    finally:
-        env.close()
+    for step in replay_demonstrations(rows, levels.pop(), spaces.pop(), language):
+        seen[step.index] = step.obs
     return GridObservations.from_minigrid(seen)  # type: ignore[arg-type]  # all filled above
 
 

@@ -33,7 +33,7 @@ from trl import SFTConfig, SFTTrainer
 from babyai_text.actions import ActionSpace, get_action_space
 from glam.bc.config import BCRunConfig
 from glam.bc.episodes import greedy_success_rate
-from glam.demos import DemoDatasetError, demo_metadata, load_demos
+from glam.demos import DemoDatasetError, demo_metadata, load_demos, split_pairs
 from glam.models.loading import load_model
 from glam.models.precision import gpu_mixed_precision
 from glam.policy.adapters import apply_lora
@@ -47,7 +47,6 @@ __all__ = [
     "action_accuracy",
     "dataset_action_space",
     "encode_pairs",
-    "split_pairs",
     "train_bc",
 ]
 
@@ -125,25 +124,6 @@ def dataset_action_space(pairs: Dataset) -> ActionSpace:
             f"actions {unknown[:5]} are not in the action space {space.name!r} {list(space.words)}"
         )
     return space
-
-
-def split_pairs(pairs: Dataset, eval_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
-    """Hold out `eval_fraction` of the episodes (of the pairs if there is no `episode` column).
-
-    Pairs of one episode are strongly correlated, so the held-out set is made of whole episodes:
-    its accuracy measures imitation on unseen episodes, not recall of neighbouring steps.
-    """
-    rng = np.random.default_rng(seed)
-    groups = np.asarray(pairs["episode"] if "episode" in pairs.column_names else range(len(pairs)))
-    unique = np.unique(groups)
-    if len(unique) < 2:
-        raise DemoDatasetError(
-            f"cannot split {len(pairs)} pairs from {len(unique)} episode(s) into train and eval"
-        )
-    n_eval = min(len(unique) - 1, max(1, round(eval_fraction * len(unique))))
-    held_out = rng.choice(unique, size=n_eval, replace=False)
-    is_eval = np.isin(groups, held_out)
-    return pairs.select(np.flatnonzero(~is_eval)), pairs.select(np.flatnonzero(is_eval))
 
 
 def encode_pairs(

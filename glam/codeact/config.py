@@ -6,13 +6,8 @@ torch): the training run's schema (`glam.run_config`) and evaluation's agents im
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from glam.config import DEFAULT_MODEL, check_choice, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import DEFAULT_MODEL, CoreRunConfig, check_choice, config_section
 
 CODEACT_CHOOSERS: tuple[str, ...] = ("none", "scored", "chat", "random", "fixed")
 """Who chooses the sub-actions to code (`codeact.chooser`); `none`: no coded actions."""
@@ -124,15 +119,15 @@ class CodeactConfig:
                 "codeact.call_timeout must be > 0, codeact.line_budget and codeact.memory_mb >= 1"
             )
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """Coded actions join the PPO trainer's action set, alone or with ONI."""
-        if self.chooser == "none":
-            return
-        others = {"teach.teacher": run.teach.teacher, "ask.mode": run.ask.mode}
-        clash = [f"{key}={value!r}" for key, value in others.items() if value != "none"]
-        if run.policy.kind == "drrn" or clash:
-            raise ValueError(
-                f"codeact.chooser={self.chooser!r}: coded actions join the PPO "
-                "trainer's action set (policy.kind=symbolic or llm), alone or with ONI; "
-                f"not with {', '.join(clash) or 'policy.kind=drrn'}"
-            )
+    def check_run(self, run: CoreRunConfig) -> None:
+        """Coded actions join the PPO trainer's action set (alone or with ONI:
+        `glam.run_config.TrainingRunConfig.check_sections`)."""
+        if self.chooser != "none" and run.policy.kind == "drrn":
+            raise ValueError(self.clash(["policy.kind=drrn"]))
+
+    def clash(self, used: list[str]) -> str:
+        """Why coded actions refuse the settings `used` (`key=value` each)."""
+        return (
+            f"codeact.chooser={self.chooser!r}: coded actions join the PPO trainer's action set "
+            f"(policy.kind=symbolic or llm), alone or with ONI; not with {', '.join(used)}"
+        )

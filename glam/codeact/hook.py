@@ -30,6 +30,7 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
+from glam.baselines.run_config import BaselineRunConfig
 from glam.baselines.symbolic import SymbolicActorCritic
 from glam.codeact.chat_critic import ChatCritic
 from glam.codeact.config import CodeactConfig
@@ -61,7 +62,6 @@ from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.ppo.hooks import HookError, TrainerHook
 from glam.ppo.setup import PolicyFactory
-from glam.run_config import TrainingRunConfig
 from glam.runs.errors import SetupError
 from glam.teach.scorers import build_scorer
 
@@ -74,8 +74,8 @@ __all__ = ["CodeactHook"]
 class CodeactHook(TrainerHook):
     """RL-GPT's coded actions and outer loop in a PPO run (see the module docstring)."""
 
-    def __init__(self, cfg: TrainingRunConfig) -> None:
-        self.cfg: CodeactConfig = cfg.codeact
+    def __init__(self, codeact: CodeactConfig, cfg: BaselineRunConfig) -> None:
+        self.cfg = codeact
         self.run_cfg = cfg
         self.folder = Path(cfg.train.output_dir or ".") / "codeact"
         self.phase_frames = self.cfg.phase_frames or max(
@@ -97,7 +97,7 @@ class CodeactHook(TrainerHook):
         """The run's `PolicyFactory`: `default`'s network over the primitive actions and the
         first iteration's coded actions, or the checkpoint's (whose iteration is then found)."""
 
-        def build(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
+        def build(cfg: BaselineRunConfig, checkpoint: Path | None) -> torch.nn.Module:
             try:
                 primitives = _primitive_words(cfg)
             except ValueError as error:  # an unknown action space
@@ -322,7 +322,7 @@ class CodeactHook(TrainerHook):
         self._chat = None
 
 
-def _primitive_words(cfg: TrainingRunConfig) -> list[str]:
+def _primitive_words(cfg: BaselineRunConfig) -> list[str]:
     return list(resolve_action_space(cfg.env.action_space).words)
 
 

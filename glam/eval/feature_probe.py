@@ -53,7 +53,7 @@ import difflib
 import json
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ from transformers import PreTrainedTokenizerBase
 
 import babyai_text
 from babyai_text.env import known_level_ids
-from glam.demos import DemoRecord, demo_metadata, load_demos
+from glam.demos import DemoRecord, ReplayedStep, demo_metadata, load_demos, replay_demonstrations
 from glam.envs import record_episode
 from glam.policy.heads import ValueHead
 from glam.scoring import appends_eos, model_kind, unwrap_model
@@ -259,6 +259,14 @@ def check_level(level: str, action_space: str = "default", language: str | None 
     return level
 
 
+def _replay(
+    records: Sequence[DemoRecord], level: str, action_space: str, language: str | None
+) -> Iterator[ReplayedStep]:
+    """`records`' episodes replayed (`glam.demos.replay_demonstrations`)."""
+    rows = [asdict(record) for record in records]
+    return replay_demonstrations(rows, level, action_space, language, error=ProbeInputError)
+
+
 def _make_env(level: str, action_space: str, language: str | None) -> babyai_text.TextEnv:
     try:
         return babyai_text.make(level, action_space=action_space, language=language)
@@ -405,32 +413,9 @@ def replay_targets(
             show what its prompts show (another mission, or an observation missing from the
             prompt: the env or its version differs from the one that recorded it).
     """
-    env = _make_env(level, action_space, language)
-    by_episode: dict[int, list[int]] = defaultdict(list)
-    for index, record in enumerate(records):
-        by_episode[record.episode].append(index)
     targets: list[TargetFeatures | None] = [None] * len(records)
-    for episode, indices in by_episode.items():
-        indices = sorted(indices, key=lambda i: records[i].step)
-        steps = [records[i].step for i in indices]
-        if steps != list(range(len(steps))):
-            raise ProbeInputError(
-                f"episode {episode}: its steps are {steps[:8]}..., not 0, 1, 2..."
-            )
-        obs, info = env.reset(seed=records[indices[0]].seed)
-        for position, index in enumerate(indices):
-            record = records[index]
-            if obs["mission"] != record.mission or not all(
-                f" {sentence}," in record.prompt for sentence in info["descriptions"]
-            ):
-                raise ProbeInputError(
-                    f"episode {episode} (seed {record.seed}) step {record.step}: replaying its "
-                    "actions does not reproduce its prompt; were the demonstrations recorded "
-                    "with another level, action space or version of the env?"
-                )
-            targets[index] = target_features(env)
-            if position + 1 < len(indices):
-                obs, _, _, _, info = env.step(record.action_index)
+    for step in _replay(records, level, action_space, language):
+        targets[step.index] = target_features(step.env)
     return targets  # type: ignore[return-value]  # every index was filled above
 
 
@@ -451,25 +436,14 @@ def replay_returns(
     """
     if not 0.0 <= gamma <= 1.0:
         raise ProbeInputError(f"gamma must be in [0, 1], got {gamma}")
-    env = _make_env(level, action_space, language)
-    by_episode: dict[int, list[int]] = defaultdict(list)
-    for index, record in enumerate(records):
-        by_episode[record.episode].append(index)
     returns = [0.0] * len(records)
-    for indices in by_episode.values():
-        indices = sorted(indices, key=lambda i: records[i].step)
-        env.reset(seed=records[indices[0]].seed)
-        rewards = []
-        for index in indices:
-            _, reward, terminated, truncated, _ = env.step(records[index].action_index)
-            rewards.append(float(reward))
-            if terminated or truncated:
-                break
-        future = 0.0
-        for position in reversed(range(len(indices))):
-            reward = rewards[position] if position < len(rewards) else 0.0
-            future = reward + gamma * future
-            returns[indices[position]] = future
+    future, episode = 0.0, None
+    # Listed first: each step's reward (`after`) is filled as the replay goes on.
+    for step in reversed(list(_replay(records, level, action_space, language))):
+        if records[step.index].episode != episode:  # the last step of the episode before
+            future, episode = 0.0, records[step.index].episode
+        future = step.after[1] + gamma * future  # type: ignore[index]  # filled by now
+        returns[step.index] = future
     return returns
 
 

@@ -1,17 +1,14 @@
 """The section `sac` of a training run: discrete Soft Actor-Critic over a scoring policy's
 candidate actions (`algorithm.name=sac`, `glam.offpolicy.trainer`), declared with
-`glam.config.config_section`. A light module (no torch): the training run's schema imports it.
+`glam.config.config_section`. A light module (no torch): SAC's schema
+(`glam.offpolicy.run_config`) imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from glam.config import check_positive, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
 
 SAC_POLICIES: tuple[str, ...] = ("llm", "symbolic")
 """The policies SAC trains: those that score a fixed list of actions (the language model's
@@ -115,16 +112,3 @@ class SacConfig:
             raise ValueError(
                 f"sac.critic_hidden_sizes must be positive widths, got {self.critic_hidden_sizes}"
             )
-
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """With `algorithm.name=sac`: a scoring policy, no memory, envs and batches that split
-        evenly (checked against the launch at start-up)."""
-        if run.algorithm.name != "sac":
-            return
-        if run.policy.kind not in SAC_POLICIES:
-            raise ValueError(
-                f"algorithm.name=sac trains a policy that scores its actions "
-                f"(policy.kind={' or '.join(SAC_POLICIES)}), got policy.kind={run.policy.kind!r}"
-            )
-        if run.policy.kind == "symbolic" and run.symbolic.memory:
-            raise ValueError("algorithm.name=sac replays single steps: set symbolic.memory=false")

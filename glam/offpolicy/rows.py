@@ -1,10 +1,10 @@
 """The loop of the learners that learn as they play (DRRN, SAC): rows of frames, each logged and
 checkpointed as a PPO update is.
 
-A learner of this kind builds its training state (`RowTraining`: its runner, logs, counters and
-checkpoint writer) and gives two functions: `play` steps the envs for one row, learning as it
-goes, and returns what the row gathered (with its `frames`); `metrics` turns that into the row's
-metrics. `train_in_rows` runs them until `train.total_frames` or a stop signal, with PPO's run
+A learner of this kind builds its training state (a `glam.ppo.learner.LearnerTraining`: its
+runner, logs, counters and checkpoint writer) and gives two functions: `play` steps the envs for
+one row, learning as it goes, and returns what the row gathered (with its `frames`); `metrics`
+turns that into the row's metrics. `train_in_rows` runs them until `train.total_frames` or a stop signal, with PPO's run
 folder, logs and checkpoints.
 """
 
@@ -12,65 +12,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from accelerate import Accelerator
 
-from glam.ppo.learner import StopSignal, TrainResult, checkpoint_due, log_update
-from glam.run_config import TrainingRunConfig
-from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.offpolicy.run_config import SacRunConfig
+from glam.ppo.learner import (
+    LearnerTraining,
+    StopSignal,
+    TrainResult,
+    checkpoint_due,
+    log_update,
+)
+from glam.runs.checkpoint import TrainerState
 
-__all__ = ["RowTraining", "train_in_rows"]
+__all__ = ["train_in_rows"]
 
 
 class _Row(Protocol):
     frames: int
 
 
-class RowTraining:
-    """What a learner's training state shares with the others of its kind (a mixin of its
-    dataclass): the checkpoint of the current row and the closing of the logs and envs. The
-    dataclass has `cfg`, `accelerator`, `run_dir`, `config_yaml`, `runner`, `model`,
-    `optimizer`, `scheduler`, `state`, `logger`, `progress`, `resumed_from` and `saved`, and
-    `write_extra(folder)` writes its own state into a checkpoint (`save_checkpoint`)."""
-
-    def write_extra(self, folder: Path) -> None:
-        """The learner's own state (a replay buffer, target networks) into a checkpoint."""
-
-    def save(self: Any) -> Path:
-        """Write a checkpoint of the current row unless this session already has (every process
-        calls it)."""
-        if self.saved is not None and self.saved[0] == self.state.update:
-            return self.saved[1]
-        checkpoint = save_checkpoint(
-            self.accelerator,
-            self.run_dir,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            env_state=self.runner.state_dict(),
-            state=self.state,
-            config_yaml=self.config_yaml,
-            keep=self.cfg.train.keep_checkpoints,
-            write_extra=self.write_extra,
-        )
-        self.saved = (self.state.update, checkpoint)
-        return checkpoint
-
-    def close(self: Any) -> None:
-        """Close the logs, the progress bar and the environments."""
-        self.progress.close()
-        self.logger.close()
-        self.runner.close()
-
-
-Training = TypeVar("Training")
+Training = TypeVar("Training", bound=LearnerTraining)
 Row = TypeVar("Row", bound=_Row)
 
 
 def train_in_rows(
-    cfg: TrainingRunConfig,
+    cfg: SacRunConfig,
     accelerator: Accelerator,
     stop: StopSignal | None,
     build: Callable[[], Training],
@@ -80,7 +48,7 @@ def train_in_rows(
 ) -> TrainResult:
     """Build the training state, then per row: `play` it (a stop signal ends it early: it is
     logged with the frames it has and saved), count it, log `metrics` with the `summary` line,
-    checkpoint when due; the last row is saved. The state (`RowTraining`) is closed however the
+    checkpoint when due; the last row is saved. The state is closed however the
     run ends."""
     own_stop = stop is None
     stop = StopSignal() if stop is None else stop

@@ -48,10 +48,10 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed
-from glam.offpolicy.config import SacConfig
 from glam.offpolicy.hindsight import HindsightBuffer, Step, cat_batches, is_goto
 from glam.offpolicy.replay import ReplayBuffer, ReplayError
-from glam.offpolicy.rows import RowTraining, train_in_rows
+from glam.offpolicy.rows import train_in_rows
+from glam.offpolicy.run_config import SacRunConfig
 from glam.offpolicy.sac import (
     actor_loss,
     critic_loss,
@@ -65,18 +65,20 @@ from glam.policy.heads import mlp, run_fp32
 from glam.policy.llm_policy import CheckpointError
 from glam.policy.observations import Observations, policy_inputs
 from glam.policy.output import PolicyOutput
-from glam.ppo.learner import StopSignal, TrainResult, episode_metrics, raise_if_diverged
-from glam.ppo.logger import MetricsLogger, ProgressBar
+from glam.ppo.learner import (
+    LearnerTraining,
+    StopSignal,
+    TrainResult,
+    episode_metrics,
+    raise_if_diverged,
+)
 from glam.ppo.rollout import EpisodeStats
 from glam.ppo.setup import open_logs
-from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState
 from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
-    announce_resume,
     open_run_dir,
     raise_on_any,
-    resolved_config_yaml,
     restore_training_state,
 )
 
@@ -86,7 +88,7 @@ HEADS_FILE = "sac_heads.safetensors"
 STATE_FILE = "sac_state.json"
 REPLAY_DIR = "replay"
 
-PolicyFactory = Callable[[TrainingRunConfig, Path | None], nn.Module]
+PolicyFactory = Callable[[SacRunConfig, Path | None], nn.Module]
 
 
 class TwinCritic(nn.Module):
@@ -145,7 +147,7 @@ class Row:
 
 
 def train_sac(
-    cfg: TrainingRunConfig,
+    cfg: SacRunConfig,
     accelerator: Accelerator,
     run_dir: Path,
     stop: StopSignal | None = None,
@@ -364,30 +366,16 @@ def _summary_line(t: SacTraining, metrics: dict[str, float]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class SacTraining(RowTraining):
-    """Everything the loop works with, built by `build_sac_training`."""
+@dataclass(kw_only=True)
+class SacTraining(LearnerTraining[SacRunConfig]):
+    """Everything the loop works with, built by `build_sac_training`: every learner's state
+    (`LearnerTraining`; an update is a row, the scheduler is constant, kept so that the
+    checkpoint has PPO's layout) and SAC's own."""
 
-    cfg: TrainingRunConfig
-    accelerator: Accelerator
-    run_dir: Path
-    config_yaml: str
-    runner: EnvRunner
-    model: nn.Module
-    """The agent as `accelerator.prepare` returned it (DDP over several processes)."""
     agent: SacAgent
-    """The same agent, unwrapped (acting needs no gradient synchronisation)."""
+    """The agent (`model`), unwrapped (acting needs no gradient synchronisation)."""
     target: TwinCritic
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    """Constant; kept so that the checkpoint has PPO's layout."""
     replay: ReplayBuffer
-    state: TrainerState
-    logger: MetricsLogger
-    progress: ProgressBar
-    resumed_from: Path | None
-    num_updates: int
-    """Rows of the whole run: those done plus those that reach `train.total_frames`."""
     steps_per_update: int
     """Env steps per row (`sac.log_every` frames over `env.num_envs` envs, rounded up)."""
     local_batch_size: int
@@ -396,7 +384,6 @@ class SacTraining(RowTraining):
     gradient_steps: int = 0
     env_steps: int = 0
     """Steps of the local envs in this session (the bursts of gradient steps follow it)."""
-    saved: tuple[int, Path] | None = None
     hindsight: HindsightBuffer | None = None
     """The relabelled transitions (`sac.her`); None: no hindsight relabelling."""
     episodes: list[list[Step]] = field(default_factory=list)
@@ -414,7 +401,7 @@ class SacTraining(RowTraining):
 
 
 def build_sac_training(
-    cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path, make_policy: PolicyFactory
+    cfg: SacRunConfig, accelerator: Accelerator, run_dir: Path, make_policy: PolicyFactory
 ) -> SacTraining:
     """Check the layout and the run folder, pick and check the checkpoint to resume, build envs,
     the policy and its Q heads, the optimizer, the replay buffer and the logs, and restore the
@@ -490,14 +477,11 @@ def build_sac_training(
             f"[glam] the replay buffer goes on from the checkpoint: {len(replay)} transitions "
             "on this process"
         )
-    announce_resume(cfg, accelerator, run_dir, resume_from, state)
-
-    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates, frames_per_update)
-    logger, progress = open_logs(
+    config_yaml, logger, progress = open_logs(
         cfg,
         accelerator,
         run_dir,
-        config_yaml,
+        resume_from,
         state,
         num_updates,
         frames_per_update,
@@ -539,7 +523,7 @@ def build_sac_training(
     )
 
 
-def _hindsight_buffer(cfg: TrainingRunConfig, runner: EnvRunner, rank: int) -> HindsightBuffer:
+def _hindsight_buffer(cfg: SacRunConfig, runner: EnvRunner, rank: int) -> HindsightBuffer:
     """`sac.her`'s buffer, for a level whose envs all play GoTo missions with one step limit.
 
     Raises:
@@ -637,10 +621,10 @@ def _prefixed(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def _check_sac_layout(cfg: TrainingRunConfig, accelerator: Accelerator) -> None:
+def _check_sac_layout(cfg: SacRunConfig, accelerator: Accelerator) -> None:
     world = accelerator.num_processes
-    try:
-        SacConfig.check_run(cfg.sac, cfg)
+    try:  # a config changed after its checks (a test's, a script's)
+        cfg.check_sections()
     except ValueError as error:
         raise SetupError(str(error)) from None
     if cfg.algorithm.name != "sac":

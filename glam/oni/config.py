@@ -6,13 +6,8 @@ declared with `glam.config.config_section`. A light module (no torch): the train
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import DEFAULT_MODEL, check_choice, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import DEFAULT_MODEL, CoreRunConfig, check_choice, config_section
 
 ONI_REWARD_MODELS: tuple[str, ...] = ("none", "retrieval", "classification", "ranking")
 """ONI's reward models: `none` (no intrinsic reward, no annotator: plain RL), `retrieval` (a
@@ -131,17 +126,13 @@ class OniConfig:
                 f"{self.ranking_pairs} and {self.ranking_threshold}"
             )
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """The intrinsic reward joins the PPO trainer's rollouts of primitive steps."""
+    def check_run(self, run: CoreRunConfig) -> None:
+        """The intrinsic reward joins the PPO trainer's rollouts (of primitive steps:
+        `glam.run_config.TrainingRunConfig.check_sections`)."""
         if self.reward_model == "none":
             return
         if run.policy.kind == "drrn":
             raise ValueError(
                 f"oni.reward_model={self.reward_model!r}: the intrinsic reward joins the PPO "
                 "trainer's rollouts (policy.kind=symbolic or llm), not DRRN's"
-            )
-        if run.ask.mode != "none":
-            raise ValueError(
-                f"oni.reward_model={self.reward_model!r} with ask.mode={run.ask.mode!r}: the "
-                "mediated env's steps are skills', whose events are not reported one by one"
             )

@@ -1,19 +1,14 @@
 """The section `generate` of a training run: how a policy that writes its action
 (`policy.kind=generate`, `glam.policy.writer`) samples and reads its answer, declared with
-`glam.config.config_section`. A light module (no torch): the training run's schema
-(`glam.run_config`) imports it.
+`glam.config.config_section`. A light module (no torch): the PPO trainer's schema
+(`glam.ppo.run_config`) imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import check_choice, check_positive, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import CoreRunConfig, check_choice, check_positive, config_section
 
 ANSWER_FORMATS: tuple[str, ...] = ("action", "think")
 CONSTRAINTS: tuple[str, ...] = ("none", "actions")
@@ -95,8 +90,9 @@ class GenerationConfig:
         if self.collapse_updates < 0:
             raise ValueError(f"generate.collapse_updates must be >= 0, got {self.collapse_updates}")
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """The policy settings a writing policy needs, and the couplings it does not run with."""
+    def check_run(self, run: CoreRunConfig) -> None:
+        """The policy settings a writing policy needs (the couplings it does not run with:
+        `glam.run_config.TrainingRunConfig.check_sections`)."""
         generate = run.policy.kind == "generate"
         if run.policy.prompt_format == "balrog" and not generate:
             raise ValueError(
@@ -115,16 +111,14 @@ class GenerationConfig:
                 "policy.head and policy.value_from_base are the scoring policy's: leave them at "
                 "`scoring` and false with policy.kind=generate (its value head reads the prompt)"
             )
-        clash = {
-            "teach.teacher": run.teach.teacher,
-            "ask.mode": run.ask.mode,
-            "codeact.chooser": run.codeact.chooser,
-        }
-        used = [f"{key}={value!r}" for key, value in clash.items() if value != "none"]
-        if used or run.train.save_rollouts:
-            used += ["train.save_rollouts=true"] if run.train.save_rollouts else []
-            raise ValueError(
-                f"policy.kind=generate does not run with {', '.join(used)} yet: a written answer "
-                "is not one of a fixed list of actions that a teacher, a mediator, coded actions "
-                "or the demonstrations format expect"
-            )
+        if run.train.save_rollouts:
+            raise ValueError(written_clash(["train.save_rollouts=true"]))
+
+
+def written_clash(used: list[str]) -> str:
+    """Why a writing policy refuses the settings `used` (`key=value` each)."""
+    return (
+        f"policy.kind=generate does not run with {', '.join(used)} yet: a written answer is not "
+        "one of a fixed list of actions that a teacher, a mediator, coded actions or the "
+        "demonstrations format expect"
+    )

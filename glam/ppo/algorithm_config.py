@@ -1,19 +1,14 @@
 """The section `algorithm` of a training run: how an update turns a rollout into advantages and
 a loss (`glam.ppo.algorithms` implements them), declared with `glam.config.config_section`. A
-light module (no torch; `glam.ppo`'s own names load on first use): the training run's schema
-(`glam.run_config`) and the writing policy import it.
+light module (no torch; `glam.ppo`'s own names load on first use): the PPO trainer's schema
+(`glam.ppo.run_config`) and the writing policy import it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import check_choice, check_positive, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import CoreRunConfig, check_choice, check_positive, config_section
 
 ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "grpo", "gigpo", "sac")
 """The update's algorithm (`glam.ppo.algorithms`): PPO (GAE with a value head), GRPO (group-
@@ -73,9 +68,10 @@ class AlgorithmConfig:
                 "group; give at least 2"
             )
 
-    def check_run(self, run: TrainingRunConfig) -> None:
-        """The policies and the env layouts the group estimators can train."""
-        if self.name in ("ppo", "sac"):  # sac: its section checks the run (glam.offpolicy)
+    def check_run(self, run: CoreRunConfig) -> None:
+        """The policies and the env layouts the group estimators can train (a symbolic
+        network's memory: `glam.baselines.run_config`)."""
+        if self.name in ("ppo", "sac"):  # sac: its schema checks the run (glam.offpolicy)
             return
         if run.policy.kind == "drrn":
             raise ValueError(f"algorithm.name={self.name!r} is a policy gradient: not for DRRN")
@@ -89,9 +85,4 @@ class AlgorithmConfig:
             raise ValueError(
                 f"algorithm.group_size={self.group_size} must divide env.num_envs="
                 f"{run.env.num_envs} (each group is G envs on the same seeds)"
-            )
-        if run.policy.kind == "symbolic" and run.symbolic.memory:
-            raise ValueError(
-                f"algorithm.name={self.name!r} with symbolic.memory=true: the group "
-                "estimators train on whole episodes of a policy without memory"
             )

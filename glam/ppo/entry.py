@@ -22,11 +22,11 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from glam.cli import report
+from glam.config import CoreRunConfig
 from glam.llm.chat import ChatClientError
 from glam.ppo.hooks import HookError
 from glam.ppo.launch import LaunchError, build_accelerator, describe
 from glam.ppo.learner import StopSignal
-from glam.run_config import TrainingRunConfig
 from glam.runs.errors import RunWriteError, SetupError, TrainingDiverged
 from glam.runs.folder import latest_checkpoint
 from glam.runs.summary import format_summary, write_summary
@@ -41,7 +41,7 @@ EXIT_STATUSES = (
 )
 
 
-def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str = "run") -> int:
+def run_training(cfg: CoreRunConfig, trainer: Trainer, *, config_name: str = "run") -> int:
     """Train with `trainer` in this process (one of `accelerate launch`'s); return the exit
     status. An empty `train.output_dir` becomes `runs/<config_name>-<time>`, an empty
     `train.label` the preset's name."""
@@ -72,7 +72,7 @@ def run_training(cfg: TrainingRunConfig, trainer: Trainer, *, config_name: str =
 
 
 def _train_and_report(
-    cfg: TrainingRunConfig,
+    cfg: CoreRunConfig,
     trainer: Trainer,
     accelerator: Accelerator,
     run_dir: Path,

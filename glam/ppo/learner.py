@@ -1,6 +1,8 @@
-"""What every learner's loop shares (PPO's here, SAC's in `glam.offpolicy`, DRRN's in
-`glam.baselines`): the stop signals of a cluster or a terminal, how a run ended, an update's
-logs, the checkpoint schedule and the divergence check that stops every process at once."""
+"""What every learner shares (PPO's here, SAC's in `glam.offpolicy`, DRRN's in
+`glam.baselines`): the training state's common part (`LearnerTraining`: the run, its envs,
+model, optimizer, counters and logs, its checkpoint and closing), the stop signals of a cluster
+or a terminal, how a run ended, an update's logs, the checkpoint schedule and the divergence
+check that stops every process at once."""
 
 from __future__ import annotations
 
@@ -8,16 +10,19 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import torch
 from accelerate import Accelerator
 
+from glam.config import CoreRunConfig
+from glam.envs import EnvRunner
 from glam.ppo.logger import MetricsLogger, ProgressBar
-from glam.run_config import TrainingRunConfig
-from glam.runs.checkpoint import TrainerState
+from glam.runs.checkpoint import TrainerState, save_checkpoint
 from glam.runs.errors import TrainingDiverged
 
 __all__ = [
+    "LearnerTraining",
     "StopSignal",
     "TrainResult",
     "checkpoint_due",
@@ -25,6 +30,66 @@ __all__ = [
     "log_update",
     "raise_if_diverged",
 ]
+
+
+Run = TypeVar("Run", bound=CoreRunConfig)
+
+
+@dataclass(kw_only=True)
+class LearnerTraining(Generic[Run]):
+    """What every learner's training state holds, built by its set-up (PPO's `Training`, SAC's
+    and DRRN's extend it): it writes the checkpoint of the current update once, with
+    `write_extra`'s own state, and closes the logs and envs."""
+
+    cfg: Run
+    accelerator: Accelerator
+    run_dir: Path
+    config_yaml: str
+    """The run's resolved config (`glam.runs.lifecycle.resolved_config_yaml`), kept in each
+    checkpoint."""
+    runner: EnvRunner
+    model: torch.nn.Module
+    """The trained model as `accelerator.prepare` returned it (DDP over several processes)."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    state: TrainerState
+    logger: MetricsLogger
+    progress: ProgressBar
+    resumed_from: Path | None
+    num_updates: int
+    """Updates of the whole run: those done plus those that reach `train.total_frames`."""
+    saved: tuple[int, Path] | None = None
+    """The update and folder of the newest checkpoint this session wrote or resumed."""
+
+    def write_extra(self, folder: Path) -> None:
+        """The learner's own state (a replay buffer, target networks) into a checkpoint
+        (`save_checkpoint`'s `write_extra`); nothing by default."""
+
+    def save(self) -> Path:
+        """Write a checkpoint of the current update unless this session already has (every
+        process calls it)."""
+        if self.saved is not None and self.saved[0] == self.state.update:
+            return self.saved[1]
+        checkpoint = save_checkpoint(
+            self.accelerator,
+            self.run_dir,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            env_state=self.runner.state_dict(),
+            state=self.state,
+            config_yaml=self.config_yaml,
+            keep=self.cfg.train.keep_checkpoints,
+            write_extra=self.write_extra,
+        )
+        self.saved = (self.state.update, checkpoint)
+        return checkpoint
+
+    def close(self) -> None:
+        """Close the logs, the progress bar and the environments."""
+        self.progress.close()
+        self.logger.close()
+        self.runner.close()
 
 
 @dataclass
@@ -105,7 +170,7 @@ def log_update(
     progress.print(summary)
 
 
-def checkpoint_due(cfg: TrainingRunConfig, state: TrainerState) -> bool:
+def checkpoint_due(cfg: CoreRunConfig, state: TrainerState) -> bool:
     """The update just done is saved: every `train.save_every` updates, and the last one."""
     every = cfg.train.save_every
     return bool(every and state.update % every == 0) or state.frames >= cfg.train.total_frames

@@ -22,7 +22,7 @@ from accelerate.utils import DistributedType, set_seed
 from omegaconf import OmegaConf
 
 import babyai_text
-from glam.config import LANGUAGE_MODEL_KINDS, PPOConfig, check_recurrence
+from glam.config import LANGUAGE_MODEL_KINDS, CoreRunConfig, PPOConfig, check_recurrence
 from glam.demos import write_demos
 from glam.envs import MAX_PROCESSES, EnvRunner, env_seed, resolve_action_space
 from glam.models.loading import ModelNotFoundError, prepare_model_cache
@@ -33,12 +33,13 @@ from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.algorithms import PPO, Algorithm, build_algorithm
 from glam.ppo.buffer import RolloutBuffer
 from glam.ppo.hooks import TrainerHook
+from glam.ppo.learner import LearnerTraining
 from glam.ppo.logger import MetricsLogger, ProgressBar
+from glam.ppo.run_config import PPORunConfig
 from glam.ppo.timing import PhaseClock
 from glam.ppo.update import accumulation_steps, micro_batch_size
 from glam.ppo.written import WrittenEnvRunner
-from glam.run_config import TrainingRunConfig
-from glam.runs.checkpoint import TrainerState, save_checkpoint
+from glam.runs.checkpoint import TrainerState
 from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
     announce_resume,
@@ -58,32 +59,17 @@ __all__ = [
 ]
 
 
-@dataclass
-class Training:
-    """Everything the loop works with, built by `build_training`."""
+@dataclass(kw_only=True)
+class Training(LearnerTraining[PPORunConfig]):
+    """Everything the loop works with, built by `build_training`: every learner's state
+    (`LearnerTraining`) and PPO's own."""
 
-    cfg: TrainingRunConfig
-    accelerator: Accelerator
-    run_dir: Path
-    config_yaml: str
-    runner: EnvRunner
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
     buffer: RolloutBuffer
-    state: TrainerState
-    logger: MetricsLogger
-    progress: ProgressBar
     recompute: bool
     """Recompute old log-probs in the update (reduced precision makes them drift)."""
     cache_trunk: bool
     """The rollout keeps the frozen trunk's states and the update runs from them
     (`ppo.cache_trunk`, resolved)."""
-    resumed_from: Path | None
-    num_updates: int
-    """Updates of the whole run: those done plus those that reach `train.total_frames`."""
-    saved: tuple[int, Path] | None = None
-    """The update and folder of the newest checkpoint this session wrote or resumed."""
     clock: PhaseClock = field(default_factory=PhaseClock)
     """Seconds per phase of the current update (`time/*` metrics)."""
     memory: torch.Tensor | None = None
@@ -97,21 +83,9 @@ class Training:
         """Write a checkpoint of the current update unless this session already has (every
         process calls it), then the finished episodes' decisions when `train.save_rollouts` is
         on."""
-        if self.saved is not None and self.saved[0] == self.state.update:
-            return self.saved[1]
-        checkpoint = save_checkpoint(
-            self.accelerator,
-            self.run_dir,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            env_state=self.runner.state_dict(),
-            state=self.state,
-            config_yaml=self.config_yaml,
-            keep=self.cfg.train.keep_checkpoints,
-        )
-        self.saved = (self.state.update, checkpoint)
-        if self.runner.recording:
+        written = self.saved
+        checkpoint = super().save()
+        if self.saved is not written and self.runner.recording:
             self._save_rollouts()
         return checkpoint
 
@@ -135,15 +109,9 @@ class Training:
             records, folder / f"update_{self.state.update:06d}", metadata=metadata, overwrite=True
         )
 
-    def close(self) -> None:
-        """Close the logs, the progress bar and the environments."""
-        self.progress.close()
-        self.logger.close()
-        self.runner.close()
-
 
 def build_training(
-    cfg: TrainingRunConfig,
+    cfg: PPORunConfig,
     accelerator: Accelerator,
     run_dir: Path,
     make_policy: PolicyFactory | None = None,
@@ -238,17 +206,8 @@ def build_training(
             optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
         ):
             group["lr"], group["base_lr"] = base * factor(state.update), base
-    announce_resume(cfg, accelerator, run_dir, resume_from, state)
-
-    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates)
-    logger, progress = open_logs(
-        cfg,
-        accelerator,
-        run_dir,
-        config_yaml,
-        state,
-        num_updates,
-        cfg.frames_per_update,
+    config_yaml, logger, progress = open_logs(
+        cfg, accelerator, run_dir, resume_from, state, num_updates, cfg.frames_per_update
     )
     recompute = cfg.ppo.recompute_logprobs
     if recompute is None:
@@ -293,7 +252,7 @@ def prepare_model_once(accelerator: Accelerator, spec: str) -> None:
 
 
 def make_runner(
-    cfg: TrainingRunConfig,
+    cfg: PPORunConfig,
     policy: torch.nn.Module,
     hooks: Sequence[TrainerHook],
     num_envs: int,
@@ -320,7 +279,7 @@ def make_runner(
     )
 
 
-def _note_episode_limit(cfg: TrainingRunConfig, accelerator: Accelerator) -> None:
+def _note_episode_limit(cfg: PPORunConfig, accelerator: Accelerator) -> None:
     """A group estimator trains on the episodes that end within a rollout: say so when the
     rollout is shorter than the level's step limit (the longest of its first episodes: a mixed
     level's depends on the task)."""
@@ -340,7 +299,7 @@ def _note_episode_limit(cfg: TrainingRunConfig, accelerator: Accelerator) -> Non
 
 
 def check_algorithm(
-    cfg: TrainingRunConfig, algorithm: Algorithm, policy: torch.nn.Module, world: int
+    cfg: PPORunConfig, algorithm: Algorithm, policy: torch.nn.Module, world: int
 ) -> None:
     """What the algorithm needs of the run's layout and policy; an algorithm without a critic
     freezes the policy's value head (nothing trains it; DDP would wait for its gradients).
@@ -365,7 +324,7 @@ def check_algorithm(
 
 
 def resolve_trunk_cache(
-    cfg: TrainingRunConfig, policy: torch.nn.Module, accelerator: Accelerator
+    cfg: PPORunConfig, policy: torch.nn.Module, accelerator: Accelerator
 ) -> bool:
     """Turn the frozen trunk's cache on where `ppo.cache_trunk` asks for it and it applies
     (`glam.trunk`), say once what was decided and why, and record it in `cfg`.
@@ -421,7 +380,7 @@ def wrap_env(hooks: Sequence[TrainerHook], env: Any) -> Any:
     return env
 
 
-PolicyFactory = Callable[[TrainingRunConfig, "Path | None"], torch.nn.Module]
+PolicyFactory = Callable[[PPORunConfig, "Path | None"], torch.nn.Module]
 """Builds the actor-critic of a run: `(cfg, checkpoint)` -> module, restored from
 `checkpoint / "policy"` when resuming. The module maps a batch of observations
 (`observation_kind`: `text`, the default, or `grid`; passed as `model(**observations.inputs())`)
@@ -431,7 +390,7 @@ has memory: it is also passed `memory=` `(batch, memory_size)` and returns the n
 `PolicyOutput.memory` (the module docstring says how it is trained)."""
 
 
-def build_policy(cfg: TrainingRunConfig, checkpoint: Path | None) -> torch.nn.Module:
+def build_policy(cfg: PPORunConfig, checkpoint: Path | None) -> torch.nn.Module:
     """The language-model actor-critic of the config; with a checkpoint, its trained adapter
     and heads; otherwise, with `train.init_policy`, a saved policy's acting weights (the
     default `PolicyFactory`)."""
@@ -548,25 +507,28 @@ def lr_factor(update: int, ppo: PPOConfig, num_updates: int) -> float:
 
 
 def open_logs(
-    cfg: TrainingRunConfig,
+    cfg: CoreRunConfig,
     accelerator: Accelerator,
     run_dir: Path,
-    config_yaml: str,
+    resume_from: Path | None,
     state: TrainerState,
     num_updates: int,
     frames_per_update: int,
     *,
     title: str = "PPO",
-) -> tuple[MetricsLogger, ProgressBar]:
-    """Write `config.yaml`, open the metrics logs and a progress bar up to the run's last update
-    (their output on the main process only), and say when the last update overshoots
-    `train.total_frames`.
+) -> tuple[str, MetricsLogger, ProgressBar]:
+    """Every learner's opening of its run: say where a resumed run goes on from, write
+    `config.yaml` (`resolved_config_yaml`), open the metrics logs and a progress bar up to the
+    run's last update (their output on the main process only), and say when the last update
+    overshoots `train.total_frames`. Returns `(config_yaml, logger, progress)`.
 
     `config.yaml` is this session's config, a resumed one's too: the settings a resume changed
     (`glam.runs.lifecycle.changed_settings`) are the run's from now on; each checkpoint keeps the
     config that wrote it. With `train.resume=true` the logs rewind to the checkpoint's update (to
     0 if none was found).
     """
+    announce_resume(cfg, accelerator, run_dir, resume_from, state)
+    config_yaml = resolved_config_yaml(cfg, accelerator, num_updates, frames_per_update)
     if accelerator.is_main_process:
         (run_dir / "config.yaml").write_text(config_yaml)
     end = state.frames + (num_updates - state.update) * frames_per_update
@@ -592,10 +554,10 @@ def open_logs(
         bar=cfg.train.progress_bar,
         title=title,
     )
-    return logger, progress
+    return config_yaml, logger, progress
 
 
-def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
+def _check_layout(cfg: PPORunConfig, world: int) -> None:
     if world > MAX_PROCESSES:
         raise SetupError(
             f"{world} processes: at most {MAX_PROCESSES} per run (each process plays its own "
@@ -619,7 +581,7 @@ def _check_layout(cfg: TrainingRunConfig, world: int) -> None:
         )
 
 
-def _configure_deepspeed(accelerator: Accelerator, cfg: TrainingRunConfig) -> None:
+def _configure_deepspeed(accelerator: Accelerator, cfg: PPORunConfig) -> None:
     """Give DeepSpeed the batch layout it otherwise reads from a dataloader (we have none)."""
     if accelerator.distributed_type != DistributedType.DEEPSPEED:
         return

@@ -49,10 +49,10 @@ from glam.ppo.learner import (
 )
 from glam.ppo.losses import explained_variance
 from glam.ppo.rollout import EpisodeStats
+from glam.ppo.run_config import PPORunConfig
 from glam.ppo.setup import PolicyFactory, build_training
 from glam.ppo.timing import PhaseClock, peak_rss_mib
 from glam.ppo.update import finite_output, ppo_update
-from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import TrainerState
 
 __all__ = ["Rollout", "collect_rollout", "train"]
@@ -77,7 +77,7 @@ class Rollout:
 
 
 def train(
-    cfg: TrainingRunConfig,
+    cfg: PPORunConfig,
     accelerator: Accelerator,
     run_dir: Path,
     stop: StopSignal | None = None,
@@ -200,7 +200,7 @@ def collect_rollout(
     model: torch.nn.Module,
     runner: EnvRunner,
     buffer: RolloutBuffer,
-    cfg: TrainingRunConfig,
+    cfg: PPORunConfig,
     accelerator: Accelerator,
     stop: StopSignal,
     hooks: Sequence[TrainerHook] = (),

@@ -20,9 +20,9 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast_object_list
 from omegaconf import OmegaConf
 
+from glam.config import CoreRunConfig
 from glam.outputs import TRAINING_RUN, OutputDirError
 from glam.outputs import check_output_dir as check_output_dir_for
-from glam.run_config import TrainingRunConfig
 from glam.runs.checkpoint import (
     TrainerState,
     UnusableCheckpoint,
@@ -37,7 +37,7 @@ from glam.runs.errors import SetupError
 from glam.runs.folder import describe_error
 
 
-def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path) -> Path | None:
+def open_run_dir(cfg: CoreRunConfig, accelerator: Accelerator, run_dir: Path) -> Path | None:
     """Create and check the run folder (main process), then pick and check the checkpoint to
     resume (None: a fresh start); a problem stops every process (collective)."""
     problem = None
@@ -58,7 +58,7 @@ def open_run_dir(cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
     return resume_from
 
 
-def check_output_dir(cfg: TrainingRunConfig, run_dir: Path) -> None:
+def check_output_dir(cfg: CoreRunConfig, run_dir: Path) -> None:
     """Check the run folder (`glam.outputs.check_output_dir`: not a file, writable, holding no
     other kind of output; a used one needs `train.resume=true`, unless the run there stopped
     before its first update: nothing to lose, it starts afresh), then create it."""
@@ -102,7 +102,7 @@ def stopped_before_first_update(run_dir: Path) -> bool:
 
 
 def pick_resume_checkpoint(
-    cfg: TrainingRunConfig, accelerator: Accelerator, run_dir: Path
+    cfg: CoreRunConfig, accelerator: Accelerator, run_dir: Path
 ) -> Path | None:
     """The checked checkpoint to resume (None: a fresh start), picked by the main process after
     removing what interrupted saves left (collective: a problem stops every process)."""
@@ -129,7 +129,7 @@ _SAME_RUN_KEYS = ("algorithm.name", "algorithm.group_size", "sac.critic_hidden_s
 optimizer state, (for the group algorithms) how the envs are grouped, and SAC's Q heads."""
 
 
-def check_same_run(cfg: TrainingRunConfig, checkpoint: Path, world: int) -> None:
+def check_same_run(cfg: CoreRunConfig, checkpoint: Path, world: int) -> None:
     """Refuse to resume a checkpoint with another model, policy or environment setup, or with
     another number of processes (each process's envs and RNGs are saved apart)."""
     written_by = read_trainer_state(checkpoint).world_size
@@ -166,7 +166,7 @@ _RESUME_KEYS = ("train.resume", "train.resume_from")
 """Keys that differ in every resume: not worth a note."""
 
 
-def changed_settings(cfg: TrainingRunConfig, checkpoint: Path) -> list[str]:
+def changed_settings(cfg: CoreRunConfig, checkpoint: Path) -> list[str]:
     """The settings outside the same-run sections (`check_same_run`) that differ between the
     checkpoint's config and this session's (`ppo.lr: 0.001 -> 0.0003`): a resume may change
     them, and says so. Keys the checkpoint's config lacks (added to the schema since) are left
@@ -220,7 +220,7 @@ def restore_training_state(
 
 
 def announce_resume(
-    cfg: TrainingRunConfig,
+    cfg: CoreRunConfig,
     accelerator: Accelerator,
     run_dir: Path,
     resume_from: Path | None,
@@ -270,7 +270,7 @@ def raise_on_any(accelerator: Accelerator, problem: str | None) -> None:
 
 
 def resolved_config_yaml(
-    cfg: TrainingRunConfig,
+    cfg: CoreRunConfig,
     accelerator: Accelerator,
     num_updates: int,
     frames_per_update: int | None = None,

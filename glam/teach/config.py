@@ -6,13 +6,8 @@ training run's schema (`glam.run_config`) and evaluation's configs import it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from glam.config import DEFAULT_MODEL, config_section
-
-if TYPE_CHECKING:
-    from glam.run_config import TrainingRunConfig
-
+from glam.config import DEFAULT_MODEL, CoreRunConfig, config_section
 
 TEACHERS: tuple[str, ...] = ("none", "llm", "bot", "uniform")
 """`none`: plain PPO; `llm`: a language model weighs the candidate subgoals (LLM4Teach);
@@ -83,7 +78,7 @@ class TeachConfig:
         if not self.timeout > 0 or self.max_retries < 0:
             raise ValueError("teach.timeout must be > 0 and teach.max_retries >= 0")
 
-    def check_run(self, run: TrainingRunConfig) -> None:
+    def check_run(self, run: CoreRunConfig) -> None:
         """A teacher is distilled into a PPO student."""
         if self.teacher != "none" and run.policy.kind == "drrn":
             raise ValueError(
