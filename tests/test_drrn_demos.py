@@ -133,13 +133,11 @@ def test_a_run_pretrains_on_the_demonstrations_and_resumes_without_doing_it_agai
     out = capsys.readouterr().out
     transitions = len(load_demos(redball_demos))
     assert f"[glam] drrn.demos: {transitions} transitions of 8 demonstrated episodes" in out
-    moved = [
-        line for line in out.splitlines() if "gradient steps on the demonstrations alone" in line
-    ]
-    assert len(moved) == 1, out
-    # What the pre-training minimises: the margin loss of the demonstrations falls.
-    first, last = (float(x) for x in moved[0].split("margin loss ")[1].split(",")[0].split(" -> "))
-    assert last < first - 0.1, moved[0]
+    lines = [line for line in out.splitlines() if "pre-training step" in line]
+    assert [line.split("step ")[1].split(" ")[0] for line in lines] == ["150/150"], out
+    # What the pre-training minimises: the margin loss, 0.8 or so on a fresh network (every
+    # action's Q near the others'), falls.
+    assert float(lines[0].split("margin loss ")[1].split(",")[0]) < 0.7, lines[0]
     state = json.loads((run_dir / "checkpoints" / "update_000001" / "drrn_state.json").read_text())
     assert state["pretrained_steps"] == 150
     rate = cfg.drrn.updates_per_step  # TD steps per frame after drrn.learning_starts=32
@@ -149,6 +147,6 @@ def test_a_run_pretrains_on_the_demonstrations_and_resumes_without_doing_it_agai
     # Resumed for one more row: no second pre-training, and the steps due count the first.
     cfg = compose_run("drrn", [*overrides, "train.total_frames=128", "train.resume=true"])
     train_drrn(cfg, accelerator, run_dir)
-    assert "on the demonstrations alone" not in capsys.readouterr().out
+    assert "pre-training" not in capsys.readouterr().out
     state = json.loads((run_dir / "checkpoints" / "update_000002" / "drrn_state.json").read_text())
     assert state == {"gradient_steps": 150 + int((128 - 32) * rate), "pretrained_steps": 150}

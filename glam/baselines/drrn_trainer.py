@@ -263,28 +263,30 @@ class StepStats:
     """The share of those rows whose greedy action is the demonstrated one."""
 
 
+PRETRAIN_REPORT_EVERY = 500
+"""Pre-training steps between two progress lines."""
+
+
 def pretrain_on_demos(t: DRRNTraining) -> None:
     """DQfD's pre-training: the gradient steps of `drrn.demo_pretrain_steps` not yet taken, on
-    batches of demonstrations alone, before a fresh run's first env step; says how the margin
-    loss and the agreement with the demonstrations moved."""
-    steps = [
-        td_step(t, demo_share=1.0)
-        for _ in range(t.pretrained_steps, t.cfg.drrn.demo_pretrain_steps)
-    ]
-    t.pretrained_steps += len(steps)
-    if steps:
-        first, last = steps[: max(1, len(steps) // 10)], steps[-max(1, len(steps) // 10) :]
-
-        def mean(part: list[StepStats], name: str) -> float:
-            return sum(getattr(step, name) for step in part) / len(part)
-
-        t.accelerator.print(
-            f"[glam] drrn.demos: {len(steps)} gradient steps on the demonstrations alone "
-            f"(first and last tenth): margin loss {mean(first, 'demo_margin'):.3f} -> "
-            f"{mean(last, 'demo_margin'):.3f}, greedy agreement with them "
-            f"{mean(first, 'demo_agreement'):.3f} -> {mean(last, 'demo_agreement'):.3f}, TD "
-            f"{mean(first, 'td'):.4f} -> {mean(last, 'td'):.4f}"
-        )
+    batches of demonstrations alone, before a fresh run's first env step; says every
+    `PRETRAIN_REPORT_EVERY` steps, and at the end, the margin loss, the greedy agreement with
+    the demonstrated actions and the TD loss, averaged over the steps since the last line."""
+    total, since = t.cfg.drrn.demo_pretrain_steps, []
+    while t.pretrained_steps < total:
+        since.append(td_step(t, demo_share=1.0))
+        t.pretrained_steps += 1
+        if t.pretrained_steps % PRETRAIN_REPORT_EVERY == 0 or t.pretrained_steps == total:
+            margin, agreement, td = (
+                sum(getattr(step, name) for step in since) / len(since)
+                for name in ("demo_margin", "demo_agreement", "td")
+            )
+            t.accelerator.print(
+                f"[glam] drrn.demos: pre-training step {t.pretrained_steps}/{total} (the last "
+                f"{len(since)}): margin loss {margin:.3f}, greedy agreement with the "
+                f"demonstrations {agreement:.3f}, TD {td:.4f}"
+            )
+            since = []
 
 
 def td_step(t: DRRNTraining, demo_share: float | None = None) -> StepStats:
