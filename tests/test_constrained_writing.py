@@ -64,6 +64,42 @@ def test_a_thought_is_free_until_the_marker_then_the_trie_decides() -> None:
         ThoughtThenAnswer([10, 11], trie, budget=4, stop_ids=[0])
 
 
+def _dense_constrained(constraint, logits, answers, keep) -> torch.Tensor:
+    """The naive form of `constrain_teacher`: the `(B, T, vocab)` mask of every position's
+    allowed tokens, -inf elsewhere; rows outside `keep` or allowing nothing left as they are."""
+    allowed = constraint.teacher_mask(answers.masked_fill(~keep, 0), logits.shape[-1])
+    allowed &= keep[:, :, None]
+    return logits.masked_fill(~allowed & allowed.any(-1, keepdim=True), float("-inf"))
+
+
+def test_the_update_constrains_the_answers_without_a_dense_mask_as_with_one() -> None:
+    """`constrain_teacher` (lists of allowed ids, the marker found once per row) against the
+    dense `teacher_mask`: the same logits for answers that think, write the marker by accident
+    or run out of room, stop, and pad."""
+    trie = AnswerTrie([[5, 6], [5, 6, 7], [8]], stop_ids=[0])
+    think = ThoughtThenAnswer([10, 11], trie, budget=9, stop_ids=[0])
+    generator = torch.Generator().manual_seed(0)
+    for constraint in (trie, think):
+        answers = torch.tensor(
+            [
+                [1, 10, 11, 5, 6, 0, 3, 3, 3],  # a thought, the marker, an answer, padding
+                [10, 2, 10, 11, 8, 0, 0, 0, 0],  # a marker begun and dropped, then the marker
+                [3, 4, 3, 4, 10, 11, 5, 6, 7],  # out of room: the marker then the longest answer
+                [5, 6, 7, 0, 1, 1, 1, 1, 1],  # a trie answer straight away
+                [8, 0, 9, 9, 9, 9, 9, 9, 9],
+            ]
+        )
+        keep = torch.ones_like(answers, dtype=torch.bool)
+        keep[0, 6:] = keep[3, 4:] = keep[4, 2:] = False
+        for _ in range(3):
+            logits = torch.randn((*answers.shape, 12), generator=generator)
+            fast = constraint.constrain_teacher(logits, answers, keep)
+            assert torch.equal(fast, _dense_constrained(constraint, logits, answers, keep))
+        assert constraint.teacher_allowed(answers) == [
+            [constraint.allowed(row[:step]) for step in range(len(row))] for row in answers.tolist()
+        ]
+
+
 def _brute_force_logprob(
     model, prompt: torch.Tensor, answer: list[int], trie, temperature: float, stops=()
 ) -> float:
