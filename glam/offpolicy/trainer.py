@@ -62,7 +62,6 @@ from glam.offpolicy.sac import (
     temperature_loss,
 )
 from glam.policy.heads import mlp, run_fp32
-from glam.policy.llm_policy import CheckpointError
 from glam.policy.observations import Observations, policy_inputs
 from glam.policy.output import PolicyOutput
 from glam.ppo.learner import (
@@ -73,7 +72,7 @@ from glam.ppo.learner import (
     raise_if_diverged,
 )
 from glam.ppo.rollout import EpisodeStats
-from glam.ppo.setup import open_logs
+from glam.ppo.setup import build_run_policy, open_logs
 from glam.runs.checkpoint import TrainerState
 from glam.runs.errors import SetupError
 from glam.runs.lifecycle import (
@@ -411,10 +410,7 @@ def build_sac_training(
     resume_from = open_run_dir(cfg, accelerator, run_dir)
     local_envs = cfg.env.num_envs // world
     set_seed(cfg.train.seed)  # the same initial weights on every process
-    try:
-        policy = make_policy(cfg, resume_from)
-    except CheckpointError as error:
-        raise SetupError(f"cannot resume from {resume_from}: {error}") from None
+    policy = build_run_policy(cfg, accelerator, make_policy, resume_from)
     try:
         runner = EnvRunner(
             cfg.env,

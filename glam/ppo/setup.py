@@ -4,7 +4,7 @@
 (before any model is loaded), builds the envs (each as the hooks wrap it), the policy
 (`PolicyFactory`: the language model's by default, `build_policy`), the algorithm, the optimizer
 and its schedule, restores the checkpoint and opens the logs. `Training.save` writes a
-checkpoint. `open_logs` serves the off-policy learners too.
+checkpoint. `build_run_policy` and `open_logs` serve the off-policy learners too.
 """
 
 from __future__ import annotations
@@ -141,14 +141,8 @@ def build_training(
     if cfg.policy.kind in LANGUAGE_MODEL_KINDS:
         prepare_model_once(accelerator, cfg.model.name_or_path)
     set_seed(cfg.train.seed)
-    try:
-        policy = make_policy(cfg, resume_from)  # collective under ZeRO-3 (partitioned at init)
-    except CheckpointError as error:  # a policy file the checks could not judge (its content)
-        raise SetupError(f"cannot resume from {resume_from}: {error}") from None
-    if cfg.train.init_policy and resume_from is None:
-        accelerator.print(
-            f"[glam] policy weights from {cfg.train.init_policy} (the critic starts untrained)"
-        )
+    # Collective under ZeRO-3 (partitioned at init).
+    policy = build_run_policy(cfg, accelerator, make_policy, resume_from)
     set_seed(cfg.train.seed, device_specific=True)
     cache_trunk = resolve_trunk_cache(cfg, policy, accelerator)
     try:
@@ -237,6 +231,29 @@ def build_training(
         saved=None if resume_from is None else (state.update, resume_from),
         algorithm=algorithm,
     )
+
+
+def build_run_policy(
+    cfg: CoreRunConfig,
+    accelerator: Accelerator,
+    make_policy: Callable[[Any, Path | None], torch.nn.Module],
+    resume_from: Path | None,
+) -> torch.nn.Module:
+    """Every learner's policy: `make_policy(cfg, resume_from)`, a policy file the checks could
+    not judge (its content) refused, and a warm start's source said (`train.init_policy`).
+
+    Raises:
+        SetupError: the checkpoint's policy cannot be loaded.
+    """
+    try:
+        policy = make_policy(cfg, resume_from)
+    except CheckpointError as error:
+        raise SetupError(f"cannot resume from {resume_from}: {error}") from None
+    if cfg.train.init_policy and resume_from is None:
+        accelerator.print(
+            f"[glam] policy weights from {cfg.train.init_policy} (the critic starts untrained)"
+        )
+    return policy
 
 
 def prepare_model_once(accelerator: Accelerator, spec: str) -> None:
