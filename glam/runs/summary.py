@@ -34,11 +34,16 @@ DIAGNOSTICS = (
     "losses/grad_norm",
     "grad/value_share",
     "probe/right_action_prob",
+    "losses/td",
+    "charts/q_mean",
+    "charts/demo_agreement",
 )
 """A run's health: the policy's entropy, PPO's approximate KL and clip fraction, the value
 head's explained variance, the gradient norm before clipping, the value loss's share of the
 gradient (`glam.ppo.diagnostics`) and the probe's probability of the right action
-(`glam.probe`)."""
+(`glam.probe`); for DRRN, its TD loss, mean max Q and, learning from demonstrations, the share
+of the demonstrated states where its greedy action is the demonstrated one. A run reports those
+it logs."""
 
 
 def _number(text: str | None) -> float:
