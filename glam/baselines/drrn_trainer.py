@@ -301,15 +301,15 @@ def td_step(t: DRRNTraining, demo_share: float | None = None) -> StepStats:
         TrainingDiverged: on a non-finite loss or gradient norm (on every process at once).
     """
     cfg, accelerator, device = t.cfg.drrn, t.accelerator, t.accelerator.device
-    demos = 0
-    if t.demos is not None:
-        share = cfg.demo_share if demo_share is None else demo_share
-        demos = round(t.local_batch_size * share)
-    batch = t.replay.sample(t.local_batch_size - demos) if demos < t.local_batch_size else None
-    if demos:
-        demonstrated = t.demos.sample(demos)  # type: ignore[union-attr]  # demos > 0
-        batch = demonstrated if batch is None else batch.join(demonstrated)
-    assert batch is not None
+    share = cfg.demo_share if demo_share is None else demo_share
+    demos = 0 if t.demos is None else round(t.local_batch_size * share)
+    own = t.local_batch_size - demos
+    if not demos:
+        batch = t.replay.sample(own)
+    elif not own:
+        batch = t.demos.sample(demos)  # type: ignore[union-attr]  # demos > 0: there are some
+    else:
+        batch = t.replay.sample(own).join(t.demos.sample(demos))  # type: ignore[union-attr]
     with torch.no_grad():
         next_values = t.target(batch.next_prompts, batch.next_candidates).values
     targets = td_targets(
