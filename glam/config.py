@@ -532,7 +532,10 @@ class TrainConfig:
     `output_dir/checkpoints/`, by name (`update_000008`) or path. Later checkpoints belong to the
     branch this abandons: they move to `checkpoints/abandoned-<time>/`, nothing is deleted."""
     torch_threads: int | None = None
-    """torch.set_num_threads per process; None: torch's default."""
+    """Torch's intra-op threads per process. None: `OMP_NUM_THREADS` where set (`accelerate
+    launch` sets it), else the cores free when the run starts (`glam.threads`: other busy
+    processes' cores are left to them). Pin it for bit-identical seeded reruns (another count
+    sums fp32 in another order) and where other jobs will start during the run."""
     cpu: bool = False
     """Run on the CPU even where a GPU is present."""
     progress_bar: bool = True

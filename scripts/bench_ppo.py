@@ -46,6 +46,7 @@ from glam.ppo.logger import read_metrics
 from glam.ppo.timing import PHASES, peak_rss_mib
 from glam.ppo.trainer import train
 from glam.run_config import TrainingRunConfig, compose_run
+from glam.threads import set_torch_threads
 
 
 def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
@@ -56,8 +57,8 @@ def bench(cfg: TrainingRunConfig, updates: int) -> dict[str, object]:
             (the figures are those of one process).
     """
     transformers.utils.logging.disable_progress_bar()
-    if cfg.train.torch_threads is not None:
-        torch.set_num_threads(cfg.train.torch_threads)
+    threads = set_torch_threads(cfg.train.torch_threads, "train.torch_threads")
+    print(f"[bench] {threads.describe()}", flush=True)
     cfg.train.total_frames = (updates + 1) * cfg.frames_per_update
     cfg.train.save_every = 0
     cfg.train.progress_bar = False

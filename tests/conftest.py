@@ -32,6 +32,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # slower here). Read by torch when it is first imported, which is after this file.
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+else:
+    # One process: torch's own default, one thread per core, pinned for the processes a test
+    # starts too, so that two runs a test compares never choose their threads by the machine's
+    # load (glam.threads; another count sums fp32 in another order).
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 TEST_DEVICES = ("cpu", "cuda")
 TEST_DEVICE = os.environ.get("GLAM_TEST_DEVICE", "cpu").strip().lower() or "cpu"

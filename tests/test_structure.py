@@ -31,7 +31,7 @@ from glam.structure import (
 )
 
 LAYERS = [
-    ["cli", "devices", "lazy", "scaling", "skills", "structure", "trunk"],
+    ["cli", "devices", "lazy", "scaling", "skills", "structure", "threads", "trunk"],
     ["config", "outputs", "scoring"],
     ["decoding", "demos", "models", "runs", "scaling_report"],
     ["glam", "gpu_check", "llm"],

@@ -111,6 +111,8 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_run_folder_holds_config_logs_and_checkpoints(finished_run: Path) -> None:
     config = yaml.safe_load((finished_run / "config.yaml").read_text())
     assert config["launch"]["world_size"] == 1
+    # tests/conftest.py pins OMP_NUM_THREADS, which a run without train.torch_threads follows.
+    assert config["launch"]["torch_threads"] == int(os.environ["OMP_NUM_THREADS"])
     assert config["model"]["name_or_path"] == "tiny-random-llama"
     assert config["train"]["output_dir"] == str(finished_run.resolve())
     header = (finished_run / "metrics.csv").read_text().splitlines()[0].split(",")

@@ -51,6 +51,7 @@ from glam.outputs import mark
 from glam.policy.files import env_record
 from glam.policy.llm_policy import LLMActorCritic
 from glam.policy.observations import GridObservations, TextObservations
+from glam.threads import set_torch_threads
 
 __all__ = [
     "CloneResult",
@@ -154,8 +155,8 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     """
     clone = run.clone
     output_dir = clone.check_output_dir()
-    if clone.torch_threads is not None:
-        torch.set_num_threads(clone.torch_threads)
+    threads = set_torch_threads(clone.torch_threads, "clone.torch_threads")
+    print(f"[clone] {threads.describe()}", flush=True)
     pairs = load_demos(clone.dataset, keep_in_memory=True)
     space = dataset_action_space(pairs)
     collected_with = demo_metadata(pairs)

@@ -239,7 +239,8 @@ class CloneConfig:
     """Compute the frozen trunk's states of each pair once and run only the adapted layers in
     every epoch (`glam.trunk`); false recomputes the whole model (the same numbers, slower)."""
     torch_threads: int | None = None
-    """Torch's intra-op threads (None: torch's default); 1 when several jobs share the cores."""
+    """Torch's intra-op threads (None: `OMP_NUM_THREADS`, else the cores free at the start,
+    `glam.threads`); 1 when several jobs share the cores."""
     progress: bool = True
     """Show progress bars."""
 

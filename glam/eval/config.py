@@ -276,7 +276,8 @@ class EvalConfig:
     """Show the progress: a rich bar on a terminal; in a log file (SLURM, nohup), a line every
     tenth of the episodes and at least every 5 minutes while envs play; false shows neither."""
     torch_threads: int = 0
-    """torch.set_num_threads; 0 keeps torch's default."""
+    """Torch's intra-op threads; 0: `OMP_NUM_THREADS`, else the cores free at the start
+    (`glam.threads`)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.episodes <= SEEDS_PER_RUN:

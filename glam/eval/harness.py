@@ -8,7 +8,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import babyai_text
@@ -23,6 +22,7 @@ from glam.eval.report import suite_record, write_results
 from glam.eval.stats import EpisodeResult
 from glam.eval.suites import SuitePlan, get_suites
 from glam.outputs import EPISODES_JSONL, EVALUATION, OutputExistsError, check_output_dir
+from glam.threads import set_torch_threads
 
 __all__ = ["HEARTBEAT_S", "RESULT_FILES", "evaluate", "run_tests"]
 
@@ -177,8 +177,8 @@ def evaluate(cfg: PostTrainingTestsConfig) -> tuple[dict[str, Any], dict[str, Pa
             f"by {journal.resumes} earlier run(s), {journal.earlier_elapsed:.0f} s",
             flush=True,
         )
-    if cfg.eval.torch_threads:
-        torch.set_num_threads(cfg.eval.torch_threads)
+    threads = set_torch_threads(cfg.eval.torch_threads, "eval.torch_threads")
+    print(f"[eval] {threads.describe()}", flush=True)
     agent = build_agent(
         cfg.agent, greedy=cfg.eval.greedy, generation=cfg.eval.generation, client=cfg.eval.client
     )

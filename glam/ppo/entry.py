@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-import torch
 import transformers
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
@@ -30,6 +29,7 @@ from glam.ppo.learner import StopSignal
 from glam.runs.errors import RunWriteError, SetupError, TrainingDiverged
 from glam.runs.folder import latest_checkpoint
 from glam.runs.summary import format_summary, write_summary
+from glam.threads import set_torch_threads
 
 Trainer = Callable[..., object]
 """`(cfg, accelerator, run_dir, stop) -> TrainResult`, e.g. `glam.ppo.trainer.train`."""
@@ -48,8 +48,7 @@ def run_training(cfg: CoreRunConfig, trainer: Trainer, *, config_name: str = "ru
     # Installed for the life of the process, never restored: a stop signal during set-up, the
     # last save or the exit is recorded instead of killing the process half-way.
     stop = StopSignal()
-    if cfg.train.torch_threads is not None:
-        torch.set_num_threads(cfg.train.torch_threads)
+    threads = set_torch_threads(cfg.train.torch_threads, "train.torch_threads")
     transformers.utils.logging.disable_progress_bar()
     try:
         accelerator = build_accelerator(cpu=cfg.train.cpu)
@@ -62,7 +61,8 @@ def run_training(cfg: CoreRunConfig, trainer: Trainer, *, config_name: str = "ru
     cfg.train.output_dir = str(run_dir)
     cfg.train.label = cfg.train.label or config_name
     accelerator.print(
-        f"[glam] run folder {run_dir}, {describe(accelerator)}, policy.kind={cfg.policy.kind}"
+        f"[glam] run folder {run_dir}, {describe(accelerator)}, policy.kind={cfg.policy.kind}, "
+        f"{threads.describe()}"
     )
 
     try:

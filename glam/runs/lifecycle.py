@@ -289,6 +289,7 @@ def resolved_config_yaml(
         ),
         "mixed_precision": str(accelerator.mixed_precision),
         "device": str(accelerator.device.type),
+        "torch_threads": torch.get_num_threads(),
         "num_updates": num_updates,
         "frames_per_update": frames_per_update or cfg.frames_per_update,
         "command": " ".join(sys.argv),
