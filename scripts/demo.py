@@ -32,6 +32,7 @@ from pathlib import Path
 
 from glam.cli import report
 from glam.runs.folder import policy_dir
+from glam.threads import set_torch_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "smollm2_lora_cpu"
@@ -249,6 +250,9 @@ def main() -> int:
             f"--output-dir {args.output_dir} holds files the demo did not write (no "
             f"{DEMO_MARK}): the demo replaces only its own run folder; choose another"
         )
+    # This process's own scoring (the episodes, the first step); the training is a process of
+    # its own, which chooses again.
+    print(f"[demo] {set_torch_threads(None, 'OMP_NUM_THREADS').describe()}")
     if args.episodes > 0:
         show_trained_agent(args.episodes)
     prompt, actions, before, value_before = show_one_step()
