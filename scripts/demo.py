@@ -1,6 +1,6 @@
 """A short look at the whole stack on CPU: what `make demo` runs.
 
-    python scripts/demo.py                       # 2 min 50 s alone on a 2-core CPU
+    python scripts/demo.py                       # 3-5 min alone on a 2-core CPU (README)
     python scripts/demo.py --updates 16 --output-dir runs/demo16    # 4,096 frames
 
 1. loads the embedded SmolLM2-135M-Instruct (converted once into the safetensors cache) and
