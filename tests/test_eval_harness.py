@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
@@ -396,6 +397,9 @@ def test_a_log_file_gets_a_line_while_envs_play(tmp_path, monkeypatch, capsys) -
     )
     evaluate(cfg)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[eval]")]
+    # First what it chose to compute with: tests/conftest.py pins OMP_NUM_THREADS.
+    pinned = os.environ["OMP_NUM_THREADS"]
+    assert lines.pop(0) == f"[eval] {pinned} torch thread(s) (OMP_NUM_THREADS={pinned})"
     assert lines[0].startswith(
         "[eval] 0/4 episodes, 1 steps played by this run (2 envs in the last)"
     )
