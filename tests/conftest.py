@@ -36,7 +36,8 @@ else:
     # One process: torch's own default, one thread per core, pinned for the processes a test
     # starts too, so that two runs a test compares never choose their threads by the machine's
     # load (glam.threads; another count sums fp32 in another order).
-    os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ.setdefault("OMP_NUM_THREADS", str(cores or 1))
 
 TEST_DEVICES = ("cpu", "cuda")
 TEST_DEVICE = os.environ.get("GLAM_TEST_DEVICE", "cpu").strip().lower() or "cpu"
