@@ -11,7 +11,9 @@ reads them with :func:`load_demos`, so the schema lives here only, below both `g
 >>> dataset = load_demos("data/demos/mine")  # doctest: +SKIP
 
 The folder is written by `Dataset.save_to_disk` into a temporary sibling and renamed into place,
-so an interrupted run never leaves a half-written dataset that looks complete.
+so an interrupted run never leaves a half-written dataset that looks complete. `datasets` is
+imported by the functions that read or write one (0.8 s): a training run that never writes its
+rollouts does not pay for it.
 """
 
 from __future__ import annotations
@@ -22,30 +24,26 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from datasets import (
-    Dataset,
-    DatasetDict,
-    DatasetInfo,
-    Features,
-    Value,
-    concatenate_datasets,
-    load_from_disk,
-)
 
 import babyai_text
 from glam.outputs import DEMOS, check_output_dir
 
+if TYPE_CHECKING:
+    from datasets import Dataset, Features
+
 __all__ = [
-    "DEMO_FEATURES",
+    "DEMO_COLUMNS",
     "REQUIRED_COLUMNS",
     "DemoDatasetError",
     "DemoRecord",
     "DemoWriter",
     "ReplayedStep",
+    "demo_features",
     "demo_metadata",
     "load_demos",
     "replay_demonstrations",
@@ -84,28 +82,36 @@ class DemoRecord:
     """Who acted: `bot` (BabyAI's bot) or a policy's name (`ppo`, ...)."""
 
 
-DEMO_FEATURES = Features(
-    {
-        "prompt": Value("string"),
-        "action": Value("string"),
-        "action_index": Value("int32"),
-        "action_space": Value("string"),
-        "mission": Value("string"),
-        "task_type": Value("string"),
-        "level": Value("string"),
-        "episode": Value("int64"),
-        "seed": Value("int64"),
-        "step": Value("int32"),
-        "success": Value("bool"),
-        "source": Value("string"),
-    }
-)
-"""Column types of a demonstrations dataset, in :class:`DemoRecord` order."""
+_COLUMN_TYPES = {
+    "prompt": "string",
+    "action": "string",
+    "action_index": "int32",
+    "action_space": "string",
+    "mission": "string",
+    "task_type": "string",
+    "level": "string",
+    "episode": "int64",
+    "seed": "int64",
+    "step": "int32",
+    "success": "bool",
+    "source": "string",
+}
+
+DEMO_COLUMNS: tuple[str, ...] = tuple(_COLUMN_TYPES)
+"""The columns of a demonstrations dataset, in :class:`DemoRecord` order."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "action")
 """Columns behavioural cloning cannot do without; the others are bookkeeping."""
 
-assert tuple(DEMO_FEATURES) == tuple(f.name for f in fields(DemoRecord))
+assert tuple(f.name for f in fields(DemoRecord)) == DEMO_COLUMNS
+
+
+@cache
+def demo_features() -> Features:
+    """Column types of a demonstrations dataset (`datasets.Features`), in `DEMO_COLUMNS` order."""
+    from datasets import Features, Value
+
+    return Features({name: Value(dtype) for name, dtype in _COLUMN_TYPES.items()})
 
 
 class DemoDatasetError(ValueError):
@@ -122,11 +128,11 @@ def demo_metadata(dataset: Dataset) -> dict[str, Any]:
 
 def _to_row(record: DemoRecord | Mapping[str, Any]) -> dict[str, Any]:
     row = asdict(record) if isinstance(record, DemoRecord) else dict(record)
-    missing = [name for name in DEMO_FEATURES if name not in row and name != "source"]
+    missing = [name for name in DEMO_COLUMNS if name not in row and name != "source"]
     if missing:
-        raise ValueError(f"demonstration row lacks {missing}; a row needs {list(DEMO_FEATURES)}")
+        raise ValueError(f"demonstration row lacks {missing}; a row needs {list(DEMO_COLUMNS)}")
     row.setdefault("source", "bot")
-    unknown = sorted(set(row) - set(DEMO_FEATURES))
+    unknown = sorted(set(row) - set(DEMO_COLUMNS))
     if unknown:
         raise ValueError(f"demonstration row has unknown fields {unknown}")
     return row
@@ -161,11 +167,14 @@ def write_demos(
     if not rows:
         raise ValueError(f"no demonstrations to write to {path}")
     check_output_dir(path, DEMOS, key=key, overwrite=overwrite, overwrite_key=overwrite_key)
-    columns = {name: [row[name] for row in rows] for name in DEMO_FEATURES}
+    from datasets import Dataset, DatasetInfo, load_from_disk
+
+    columns = {name: [row[name] for row in rows] for name in DEMO_COLUMNS}
+    features = demo_features()
     info = DatasetInfo(
-        description=json.dumps(dict(metadata or {}), sort_keys=True), features=DEMO_FEATURES
+        description=json.dumps(dict(metadata or {}), sort_keys=True), features=features
     )
-    dataset = Dataset.from_dict(columns, features=DEMO_FEATURES, info=info)
+    dataset = Dataset.from_dict(columns, features=features, info=info)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -254,6 +263,8 @@ def load_demos(
         raise DemoDatasetError(f"no demonstrations folder at {path}; {hint}")
     if not any(path.iterdir()):
         raise DemoDatasetError(f"demonstrations folder {path} is empty; {hint}")
+    from datasets import DatasetDict, concatenate_datasets, load_from_disk
+
     parts = _dataset_parts(path)
     if parts:
         datasets = [

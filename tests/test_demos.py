@@ -17,10 +17,11 @@ from babyai_text.levels import TASK_TYPES
 from glam.bc.bot import BotUnsupportedError, collect_bot_demos, save_bot_demos
 from glam.bc.config import DemosConfig
 from glam.demos import (
-    DEMO_FEATURES,
+    DEMO_COLUMNS,
     DemoDatasetError,
     DemoRecord,
     DemoWriter,
+    demo_features,
     demo_metadata,
     load_demos,
     write_demos,
@@ -53,7 +54,8 @@ def test_dataset_round_trips_through_disk(tmp_path: Path) -> None:
 
     loaded = load_from_disk(str(tmp_path / "demos"))
     assert loaded.to_list() == [vars(record) for record in records]
-    assert loaded.features == DEMO_FEATURES
+    assert loaded.features == demo_features()
+    assert tuple(loaded.column_names) == DEMO_COLUMNS
     assert written.to_list() == loaded.to_list()
     assert demo_metadata(loaded) == {"nbr_obs": 3}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left

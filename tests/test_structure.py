@@ -248,6 +248,16 @@ def test_light_modules_do_not_import_torch(module: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize(
+    "module", ["glam.ppo.entry", "glam.eval.harness", "glam.baselines.drrn_trainer", "glam.envs"]
+)
+def test_training_and_evaluation_do_not_import_datasets(module: str) -> None:
+    """`datasets` (0.8 s) is imported where demonstrations are read or written, not by every
+    training or evaluation process that might write its rollouts."""
+    result = _imports_none_of(module, {"datasets"})
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.parametrize("module", ["glam.baselines.symbolic", "glam.eval.agents", "glam.policy"])
 def test_small_policies_do_not_import_the_language_model_stack(module: str) -> None:
     """The symbolic policy and the evaluation's agents need torch, not transformers or peft

@@ -13,10 +13,9 @@ refused.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from datasets import Dataset
 
 from glam.baselines.config import DRRNConfig
 from glam.baselines.replay import ReplayBuffer
@@ -24,6 +23,9 @@ from glam.config import EnvConfig
 from glam.demos import DemoDatasetError, load_demos, replay_demonstrations, split_pairs
 from glam.envs import resolve_action_space
 from glam.policy.prompts import PromptHistory
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 __all__ = ["demonstrated_transitions", "load_demo_transitions"]
 

@@ -16,7 +16,7 @@ demonstrations stays cheap.
 from __future__ import annotations
 
 from glam.demos import (
-    DEMO_FEATURES,
+    DEMO_COLUMNS,
     DemoDatasetError,
     DemoRecord,
     DemoWriter,
@@ -26,7 +26,7 @@ from glam.demos import (
 from glam.policy.bc_policy import BCPolicyInfo, load_bc_policy, read_bc_policy_info
 
 __all__ = [
-    "DEMO_FEATURES",
+    "DEMO_COLUMNS",
     "BCPolicyInfo",
     "DemoDatasetError",
     "DemoRecord",
