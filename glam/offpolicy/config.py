@@ -14,6 +14,9 @@ SAC_POLICIES: tuple[str, ...] = ("llm", "symbolic")
 """The policies SAC trains: those that score a fixed list of actions (the language model's
 scoring or action heads, BabyAI's symbolic network)."""
 
+TRUNK_CACHE_DTYPES: tuple[str, ...] = ("bfloat16", "model")
+"""How `sac.trunk_cache_dtype` may keep the trunk's states."""
+
 
 @config_section("sac")
 @dataclass
@@ -66,6 +69,17 @@ class SacConfig:
     log_every: int = 512
     """Frames between two rows of metrics.csv, rounded up to a multiple of `env.num_envs`: the
     "update" of a SAC run (`train.save_every` counts them)."""
+    cache_trunk: bool | None = None
+    """Keep the frozen trunk's states (`glam.trunk`) of the observations played and replayed,
+    so that a gradient step runs the adapted layers only (`glam.offpolicy.trunk_cache`). None: on
+    where it applies (a language model adapted on its top layers), and said at start; true:
+    required; false: off (every replayed observation runs the whole model)."""
+    trunk_cache_mib: float = 2048.0
+    """Memory of the kept states, per process; past it the least recently used are dropped (and
+    computed again when replayed)."""
+    trunk_cache_dtype: str = "bfloat16"
+    """How the states are kept: `bfloat16` (half of float32's memory; the adapted layers then
+    read them rounded) or `model` (as computed: the same numbers as running the whole model)."""
     her: bool = False
     """Hindsight relabelling (HER's "future" strategy, `glam.offpolicy.hindsight`): each
     finished episode is stored again with the goals it reached instead of its own (the objects
@@ -102,6 +116,13 @@ class SacConfig:
             raise ValueError(
                 f"sac.target_entropy_scale is a share of the uniform policy's entropy, in [0, 1], "
                 f"got {self.target_entropy_scale}"
+            )
+        if self.trunk_cache_mib < 0:
+            raise ValueError(f"sac.trunk_cache_mib must be >= 0, got {self.trunk_cache_mib}")
+        if self.trunk_cache_dtype not in TRUNK_CACHE_DTYPES:
+            raise ValueError(
+                f"sac.trunk_cache_dtype must be one of {', '.join(TRUNK_CACHE_DTYPES)}, got "
+                f"{self.trunk_cache_dtype!r}"
             )
         if not 0.0 < self.her_ratio < 1.0:
             raise ValueError(f"sac.her_ratio must be in (0, 1), got {self.her_ratio}")

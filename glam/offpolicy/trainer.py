@@ -12,7 +12,9 @@ the twin Q heads regress on the n-step targets, the policy minimises the soft ac
 against the Q heads, the temperature follows the policy's entropy toward its target, and the
 target heads take `sac.tau` of the heads (`glam.offpolicy.sac`). The Q heads read the policy's
 state representation (`PolicyOutput.features`: what its value head reads), as a fixed input
-unless `sac.critic_trains_features`; the policy's own value head is not trained.
+unless `sac.critic_trains_features`; the policy's own value head is not trained. Where LoRA adapts
+the top layers only, the replayed observations run from their frozen trunk's kept states
+(`sac.cache_trunk`, `glam.offpolicy.trunk_cache`).
 
 It shares PPO's run folder: `config.yaml`, `metrics.csv` and TensorBoard with PPO's chart names
 where they mean the same, `checkpoints/update_NNNNNN/` written atomically, whose `policy/` is the
@@ -26,8 +28,9 @@ world_size` transitions per gradient step; DDP averages the gradients.
 Metrics of a row: `losses/critic`, `losses/actor`, `losses/temperature`, `losses/td_error`
 (mean |Q(s, a) - y| of the row's gradient steps), `losses/entropy` (the policy's on the replayed
 states), `losses/grad_norm` and `losses/critic_grad_norm`, `charts/q_mean`, `charts/alpha`,
-`charts/replay_size`, `charts/gradient_steps`, `charts/updates_per_frame`, and PPO's episode
-charts and `charts/fps`.
+`charts/replay_size`, `charts/gradient_steps`, `charts/updates_per_frame`, with the trunk cache
+`memory/trunk_cache_mib` and `charts/trunk_cache_hit_rate` (the replayed observations found in
+it), and PPO's episode charts and `charts/fps`.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from glam.offpolicy.sac import (
     soft_state_values,
     temperature_loss,
 )
+from glam.offpolicy.trunk_cache import TrunkCache
 from glam.policy.heads import mlp, run_fp32
 from glam.policy.observations import Observations, policy_inputs
 from glam.policy.output import PolicyOutput
@@ -183,6 +187,8 @@ def play_and_learn(t: SacTraining, stop: StopSignal) -> Row:
         with torch.no_grad():
             output = t.agent.policy(**policy_inputs(observations))
         raise_if_diverged(accelerator, not bool(torch.isfinite(output.logits[output.mask]).all()))
+        if t.trunks is not None:
+            t.trunks.keep(observations, output.trunk)
         actions = output.dist.sample().cpu()
         missions = list(t.runner.missions)  # the episodes' goals, before the envs reset
         rewards, dones, episodes = t.runner.step(actions.tolist())
@@ -253,9 +259,13 @@ def sac_step(t: SacTraining) -> dict[str, float]:
     batch = t.replay.sample(t.local_batch_size - relabelled, sac.gamma, sac.n_step)
     if relabelled:
         batch = cat_batches(batch, t.hindsight.sample(relabelled))
+    next_obs, obs = batch.next_obs, batch.obs
+    if t.trunks is not None:  # text observations: the policy is a language model's
+        next_obs = t.trunks.attach(t.agent.policy, next_obs)  # type: ignore[arg-type]
+        obs = t.trunks.attach(t.agent.policy, obs)  # type: ignore[arg-type]
     alpha = t.agent.log_alpha.detach().exp()
     with torch.no_grad():
-        following = t.agent.policy(**policy_inputs(batch.next_obs))
+        following = t.agent.policy(**policy_inputs(next_obs))
         q1_next, q2_next = t.target(following.features)
         next_values = soft_state_values(following.logits, q1_next, q2_next, following.mask, alpha)
         targets = critic_targets(
@@ -265,7 +275,7 @@ def sac_step(t: SacTraining) -> dict[str, float]:
             next_values,
         )
     t.model.train()
-    output, q1, q2 = t.model(**policy_inputs(batch.obs))
+    output, q1, q2 = t.model(**policy_inputs(obs))
     actions = batch.actions.to(device)
     entropy = policy_entropy(output.logits, output.mask)
     losses = {
@@ -287,9 +297,9 @@ def sac_step(t: SacTraining) -> dict[str, float]:
     t.gradient_steps += 1
     taken = torch.minimum(q1, q2).gather(1, actions[:, None])[:, 0].detach()
     return {
-        **{f"losses/{name}": float(value) for name, value in losses.items()},
-        "losses/td_error": float((q1.gather(1, actions[:, None])[:, 0] - targets).abs().mean()),
-        "losses/entropy": float(entropy.mean()),
+        **{f"losses/{name}": value.item() for name, value in losses.items()},
+        "losses/td_error": (q1.gather(1, actions[:, None])[:, 0] - targets).abs().mean().item(),
+        "losses/entropy": entropy.mean().item(),
         "losses/grad_norm": policy_norm,
         "losses/critic_grad_norm": critic_norm,
         "charts/q_mean": float(taken.mean()),
@@ -326,6 +336,12 @@ def row_metrics(t: SacTraining, row: Row) -> dict[str, float]:
     ).tolist()
     means = [value / accelerator.num_processes for value in reduced[:-2]]
     frames = t.state.frames
+    trunk_metrics = {}
+    if t.trunks is not None:  # this process's, as PPO's memory/ metrics
+        trunk_metrics = {
+            "memory/trunk_cache_mib": t.trunks.nbytes / 2**20,
+            "charts/trunk_cache_hit_rate": t.trunks.take_stats().hit_rate,
+        }
     return {
         **episode_metrics(episodes),
         **dict(zip(STEP_METRICS, means, strict=True)),
@@ -336,6 +352,7 @@ def row_metrics(t: SacTraining, row: Row) -> dict[str, float]:
         "charts/updates_per_frame": t.gradient_steps / frames if frames else math.nan,
         "charts/learning_rate": t.cfg.sac.actor_lr,
         "charts/fps": row.frames / row.seconds if row.seconds > 0 else math.nan,
+        **trunk_metrics,
     }
 
 
@@ -385,6 +402,8 @@ class SacTraining(LearnerTraining[SacRunConfig]):
     """Steps of the local envs in this session (the bursts of gradient steps follow it)."""
     hindsight: HindsightBuffer | None = None
     """The relabelled transitions (`sac.her`); None: no hindsight relabelling."""
+    trunks: TrunkCache | None = None
+    """The frozen trunk's kept states (`sac.cache_trunk`); None: off."""
     episodes: list[list[Step]] = field(default_factory=list)
     """With `sac.her`: each local env's episode so far."""
 
@@ -428,6 +447,7 @@ def build_sac_training(
         if isinstance(getattr(policy, name, None), nn.Module):
             getattr(policy, name).requires_grad_(False)
     policy.to(accelerator.device)
+    trunks = _trunk_cache(cfg, policy, accelerator, resumed=resume_from is not None)
     runner.reset()
     features, saved_steps = _feature_size(policy, runner), 0
     critics = TwinCritic(features, len(runner.action_words), list(cfg.sac.critic_hidden_sizes))
@@ -516,7 +536,46 @@ def build_sac_training(
         saved=None if resume_from is None else (state.update, resume_from),
         hindsight=hindsight,
         episodes=[[] for _ in range(local_envs)],
+        trunks=trunks,
     )
+
+
+def _trunk_cache(
+    cfg: SacRunConfig, policy: nn.Module, accelerator: Accelerator, *, resumed: bool
+) -> TrunkCache | None:
+    """Turn the policy's trunk cache on where `sac.cache_trunk` asks for it and it applies,
+    say once what was decided, and record it in `cfg` (its config.yaml).
+
+    Raises:
+        SetupError: `sac.cache_trunk=true` where the cache does not apply.
+    """
+    sac = cfg.sac
+    asked = sac.cache_trunk
+    if not hasattr(policy, "enable_trunk_cache"):  # a small policy: nothing to keep
+        sac.cache_trunk = False
+        return None
+    if asked is False:
+        accelerator.print("[glam] trunk cache: off (sac.cache_trunk=false)")
+        return None
+    problem = policy.trunk_cache_problem()
+    if problem is None and sac.trunk_cache_mib == 0:
+        problem = "sac.trunk_cache_mib=0"
+    if problem is not None:
+        if asked:
+            raise SetupError(f"sac.cache_trunk=true, but {problem}")
+        accelerator.print(f"[glam] trunk cache: off ({problem})")
+        sac.cache_trunk = False
+        return None
+    policy.enable_trunk_cache()
+    sac.cache_trunk = True
+    accelerator.print(
+        f"[glam] trunk cache: on; a gradient step runs the adapted layers only, from the frozen "
+        f"trunk's states of each replayed observation (kept in {sac.trunk_cache_dtype}, at most "
+        f"{sac.trunk_cache_mib:g} MiB per process, the least recently used dropped first"
+        + ("; empty at resume: it refills as the run replays)" if resumed else ")")
+    )
+    dtype = torch.bfloat16 if sac.trunk_cache_dtype == "bfloat16" else None
+    return TrunkCache(round(sac.trunk_cache_mib * 2**20), dtype)
 
 
 def _hindsight_buffer(cfg: SacRunConfig, runner: EnvRunner, rank: int) -> HindsightBuffer:
