@@ -150,7 +150,7 @@ BC_POLICY = OutputKind(
 """`scripts/clm_behavioral_cloning.py` (`bc.output_dir`): a model's files and `bc_policy.json`."""
 CLONED_POLICY = OutputKind(
     "results",
-    ("clone.json", "clone.csv", "config.yaml", "policy"),
+    ("clone.json", "clone.csv", "config.yaml", "policy", "checkpoint"),
     signature=("clone.json",),
     owns_folder=True,
 )

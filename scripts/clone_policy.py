@@ -20,7 +20,8 @@ when LoRA adapts the top layers only. Held-out loss, accuracy and the demonstrat
 probability are measured before training and after each epoch, on the held-out episodes the SFT
 script holds out with the same seed. The output folder holds clone.csv (one row per epoch),
 config.yaml, the policy folder `policy/` and, last, clone.json; a folder that already holds a
-cloned policy is refused unless `clone.overwrite=true`. Settings: configs/bc/clone.yaml, schema
+cloned policy is refused unless `clone.overwrite=true`. Each epoch also writes `checkpoint/`: a
+killed clone continues from its last finished epoch with `clone.resume=true`. Settings: configs/bc/clone.yaml, schema
 glam/bc/config.py. Exit status: 0 done, 1 bad config, 2 the run cannot start (bad dataset, model
 not found, a `clone.output_dir` it may not write).
 """

@@ -1,6 +1,7 @@
 """Cloning the policy's choice (glam/bc/choice.py): its loss is the cross-entropy of real
 log-probabilities at the policy's temperature, the cached trunk gives the whole model's numbers,
-the saved policy plays and warm-starts PPO with the weights it learnt, bad input is refused."""
+the saved policy plays and warm-starts PPO with the weights it learnt, a killed clone continues
+from its last epoch to the uninterrupted numbers, bad input is refused."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ import torch
 from helpers_tiny import save_tiny_model
 from safetensors.torch import load_file
 
-from glam.bc.choice import DecisionSet, clone_policy, measure
+from glam.bc import choice
+from glam.bc.choice import (
+    CHECKPOINT_FOLDER,
+    CloneResumeError,
+    DecisionSet,
+    clone_policy,
+    measure,
+)
+from glam.bc.choice import _save_checkpoint as save_checkpoint
 from glam.bc.config import CloneConfig, CloneRunConfig
 from glam.config import AdapterConfig, ModelConfig, PolicyConfig
 from glam.demos import DemoDatasetError, load_demos, split_pairs
@@ -158,3 +167,45 @@ def test_bad_input_is_refused(tiny: Path, demos: Path, tmp_path: Path) -> None:
     (tmp_path / "run" / "metrics.csv").write_text("update\n")
     with pytest.raises(OutputDirError, match="training run"):
         clone_policy(_run(tiny, demos, tmp_path / "run"))
+
+
+def test_a_killed_clone_continues_to_the_uninterrupted_numbers(
+    tiny: Path, demos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = clone_policy(_run(tiny, demos, tmp_path / "whole", epochs=3, learning_rate=1e-2))
+    assert not (whole.output_dir / CHECKPOINT_FOLDER).exists()  # removed once finished
+
+    saved = []
+
+    def killed_after_the_second_epoch(*args: object) -> None:
+        save_checkpoint(*args)
+        saved.append(True)
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(choice, "_save_checkpoint", killed_after_the_second_epoch)
+    killed = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        clone_policy(_run(tiny, demos, killed, epochs=3, learning_rate=1e-2))
+    monkeypatch.undo()
+    assert (killed / CHECKPOINT_FOLDER / "progress.json").is_file()
+    assert not (killed / "clone.json").exists() and len(_rows(killed)) == 3
+
+    with pytest.raises(OutputExistsError, match="clone.resume=true continues an unfinished"):
+        clone_policy(_run(tiny, demos, killed, epochs=3, learning_rate=1e-2))
+    with pytest.raises(CloneResumeError, match="clone.learning_rate: 0.01 then, 0.005 now"):
+        clone_policy(_run(tiny, demos, killed, epochs=3, learning_rate=5e-3, resume=True))
+    resumed = clone_policy(_run(tiny, demos, killed, epochs=3, learning_rate=1e-2, resume=True))
+    assert not (killed / CHECKPOINT_FOLDER).exists()
+    for a, b in zip(_rows(whole.output_dir), _rows(killed), strict=True):
+        for key in ("epoch", "optimizer_steps", "train_loss", "eval_loss", "eval_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, nan_ok=True), key
+    assert resumed.summary["final_choices"] == whole.summary["final_choices"]
+    assert resumed.summary["zero_shot_choices"] == whole.summary["zero_shot_choices"]
+    adapter = "policy/adapter/adapter_model.safetensors"
+    one, other = load_file(whole.output_dir / adapter), load_file(killed / adapter)
+    for key in one:
+        torch.testing.assert_close(one[key], other[key], rtol=1e-6, atol=1e-8)
+
+    again = clone_policy(_run(tiny, demos, killed, epochs=3, learning_rate=1e-2, resume=True))
+    assert again.summary == json.loads((killed / "clone.json").read_text())

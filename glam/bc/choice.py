@@ -12,6 +12,12 @@ policy: `LLMActorCritic.save_pretrained` writes it, the evaluation harness plays
 With LoRA on the top layers only, the frozen trunk's states of each pair are computed once
 (`glam.trunk`) and every epoch runs only the adapted layers, as PPO's update does.
 
+After each epoch the trained weights (the adapter and heads, or the trained layers), the
+optimizer, the schedule, the data order's generator and the figures so far are written to
+`checkpoint/` (into a temporary sibling, then renamed), so that a killed clone continues from its
+last finished epoch (`clone.resume=true`) to the numbers it would have reached uninterrupted; the
+folder is removed once the clone is finished.
+
 The same demonstrations clone BabyAI's symbolic network (`policy.kind=symbolic`): each episode is
 replayed from its seed with its recorded actions to find the grid the network reads at each
 decision (checked against the prompt recorded there), so that the symbolic agent and the
@@ -23,6 +29,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import get_scheduler
@@ -66,6 +74,15 @@ WRITER = "clone_policy"
 SUMMARY_FILE = "clone.json"
 EPOCHS_FILE = "clone.csv"
 POLICY_FOLDER = "policy"
+CHECKPOINT_FOLDER = "checkpoint"
+PROGRESS_FILE = "progress.json"
+"""In `checkpoint/`, written last: the epoch finished, the figures so far."""
+UNCHECKED_KEYS = ("resume", "overwrite", "progress", "torch_threads")
+"""Settings of `clone` a resumed clone may change: they do not change its numbers."""
+
+
+class CloneResumeError(ValueError):
+    """An unfinished clone that cannot be continued with these settings; the message says why."""
 
 
 @dataclass
@@ -152,9 +169,19 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
         glam.outputs.OutputDirError: `clone.output_dir` may not take the result (checked first).
         DemoDatasetError: the dataset is missing, malformed, cannot be split, or was written in
             another prompt format than `policy.prompt_format`.
+        CloneResumeError: `clone.resume` with settings other than the unfinished clone's.
     """
     clone = run.clone
     output_dir = clone.check_output_dir()
+    checkpoint = output_dir / CHECKPOINT_FOLDER
+    if clone.resume and not clone.overwrite:
+        if (output_dir / SUMMARY_FILE).is_file():
+            print(f"[clone] {output_dir} holds a finished clone: nothing to do", flush=True)
+            return CloneResult(output_dir, json.loads((output_dir / SUMMARY_FILE).read_text()))
+        if (checkpoint / PROGRESS_FILE).is_file():
+            _check_same_clone(output_dir, run)
+        else:
+            print(f"[clone] clone.resume=true, but {output_dir} has no checkpoint: a fresh start")
     threads = set_torch_threads(clone.torch_threads, "clone.torch_threads")
     print(f"[clone] {threads.describe()}", flush=True)
     pairs = load_demos(clone.dataset, keep_in_memory=True)
@@ -229,20 +256,31 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # the mark of a finished run, written last
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run)))
-    found = measure(policy, held_out, clone.batch_size)
-    zero_shot_choices = found["choices"]
-    rows = [_epoch_row(0, 0, math.nan, math.nan, found)]
-    _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
-    print(
-        f"[glam] before training: held-out loss {rows[0]['eval_loss']:.4f}, accuracy "
-        f"{rows[0]['eval_accuracy']:.3f} on {len(held_out)} decisions (always the commonest "
-        f"action: {summary['majority_accuracy']:.3f})",
-        flush=True,
-    )
     generator = torch.Generator().manual_seed(clone.seed)
-    started = time.perf_counter()
-    step = 0
-    for epoch in range(1, clone.epochs + 1):
+    if clone.resume and (checkpoint / PROGRESS_FILE).is_file():
+        progress = _load_checkpoint(checkpoint, policy, optimizer, scheduler, generator)
+        rows, step, zero_shot_choices = progress["rows"], progress["step"], progress["zero_shot"]
+        print(
+            f"[clone] continuing {output_dir} after epoch {rows[-1]['epoch']} of {clone.epochs} "
+            f"({step} optimizer steps)",
+            flush=True,
+        )
+        found = {"choices": progress["choices"]}
+    else:
+        shutil.rmtree(checkpoint, ignore_errors=True)  # an unfinished clone replaced
+        found = measure(policy, held_out, clone.batch_size)
+        zero_shot_choices = found["choices"]
+        rows, step = [_epoch_row(0, 0, math.nan, math.nan, found)], 0
+        _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
+        print(
+            f"[glam] before training: held-out loss {rows[0]['eval_loss']:.4f}, accuracy "
+            f"{rows[0]['eval_accuracy']:.3f} on {len(held_out)} decisions (always the commonest "
+            f"action: {summary['majority_accuracy']:.3f})",
+            flush=True,
+        )
+    trained_seconds = 0.0 if len(rows) == 1 else rows[-1]["seconds"]
+    started = time.perf_counter() - trained_seconds
+    for epoch in range(len(rows), clone.epochs + 1):
         policy.train()
         order = torch.randperm(len(train), generator=generator).tolist()
         losses = []
@@ -269,6 +307,19 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
             _epoch_row(epoch, step, float(np.mean(losses)), time.perf_counter() - started, found)
         )
         _write_rows(output_dir / EPOCHS_FILE, rows, space.words)
+        _save_checkpoint(
+            checkpoint,
+            policy,
+            optimizer,
+            scheduler,
+            generator,
+            {
+                "rows": rows,
+                "step": step,
+                "zero_shot": zero_shot_choices,
+                "choices": found["choices"],
+            },
+        )
         print(
             f"[glam] epoch {epoch}: training loss {rows[-1]['train_loss']:.4f}, held-out loss "
             f"{found['loss']:.4f}, held-out accuracy {found['accuracy']:.3f}",
@@ -286,7 +337,93 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
         "policy": str((output_dir / POLICY_FOLDER).resolve()),
     }
     (output_dir / SUMMARY_FILE).write_text(json.dumps(mark(summary, WRITER), indent=2) + "\n")
+    shutil.rmtree(checkpoint, ignore_errors=True)
     return CloneResult(output_dir, summary)
+
+
+def _trained_state(policy: nn.Module) -> dict[str, Tensor]:
+    """What training changes: the parameters that take a gradient, and the buffers (a batch
+    norm's statistics); the frozen weights are loaded again from the model."""
+    state = {name: p for name, p in policy.named_parameters() if p.requires_grad}
+    state |= dict(policy.named_buffers())
+    return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
+
+
+def _save_checkpoint(
+    folder: Path,
+    policy: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: object,
+    generator: torch.Generator,
+    progress: dict,
+) -> None:
+    """Write the clone's state after an epoch into a temporary sibling of `folder`, then put it
+    in `folder`'s place: a kill leaves the previous epoch's checkpoint or this one, whole."""
+    partial, old = (folder.with_name(f".{folder.name}.{end}") for end in ("partial", "old"))
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    save_file(_trained_state(policy), partial / "trained.safetensors")
+    torch.save(
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "generator": generator.get_state(),
+        },
+        partial / "training_state.pt",
+    )
+    (partial / PROGRESS_FILE).write_text(json.dumps(progress))
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    partial.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(
+    folder: Path,
+    policy: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: object,
+    generator: torch.Generator,
+) -> dict:
+    """Restore what `_save_checkpoint` wrote; return its progress (the figures so far)."""
+    tensors = load_file(folder / "trained.safetensors")
+    expected = _trained_state(policy).keys()
+    if tensors.keys() != expected:
+        raise CloneResumeError(
+            f"the checkpoint in {folder} trained other weights than this policy trains "
+            f"({sorted(set(tensors) ^ set(expected))[:3]}...): clone.overwrite=true starts again"
+        )
+    policy.load_state_dict(tensors, strict=False)
+    state = torch.load(folder / "training_state.pt", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    generator.set_state(state["generator"])
+    return json.loads((folder / PROGRESS_FILE).read_text())
+
+
+def _check_same_clone(output_dir: Path, run: CloneRunConfig) -> None:
+    """Refuse to continue a clone made with other settings (those of `UNCHECKED_KEYS` aside).
+
+    Raises:
+        CloneResumeError: naming the first settings that differ.
+    """
+    saved = OmegaConf.to_container(OmegaConf.load(output_dir / "config.yaml"))
+    now = OmegaConf.to_container(OmegaConf.structured(run))
+    for config in (saved, now):
+        for key in UNCHECKED_KEYS:
+            config["clone"].pop(key, None)
+    differ = [
+        f"{section}.{key}: {saved[section].get(key)!r} then, {value!r} now"
+        for section, values in now.items()
+        for key, value in values.items()
+        if saved.get(section, {}).get(key) != value
+    ]
+    if differ:
+        raise CloneResumeError(
+            f"{output_dir} holds a clone made with other settings ({'; '.join(differ[:3])}): "
+            "set them back, or clone.overwrite=true to start again"
+        )
 
 
 def split_decisions(pairs: Dataset, clone: CloneConfig) -> tuple[Dataset, Dataset]:

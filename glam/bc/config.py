@@ -214,7 +214,11 @@ class CloneConfig:
     """Where `clone.csv` (one row per epoch), `clone.json`, `config.yaml` and the policy folder
     `policy/` go."""
     overwrite: bool = False
-    """Replace a cloned policy already saved in `output_dir`."""
+    """Replace a cloned policy already saved in `output_dir` (finished or not)."""
+    resume: bool = False
+    """Continue the unfinished clone in `output_dir` from its last finished epoch (the
+    `checkpoint/` written after each epoch, with the same settings); a finished one is left as
+    it is. Without it (or `overwrite`) a folder holding a clone is refused."""
     eval_fraction: float = 0.2
     """Fraction of the episodes held out (split by episode, as `scripts/clm_behavioral_cloning.py`
     splits them with the same seed)."""
@@ -266,8 +270,9 @@ class CloneConfig:
             self.output_dir,
             CLONED_POLICY,
             key="clone.output_dir",
-            overwrite=self.overwrite,
+            overwrite=self.overwrite or self.resume,
             overwrite_key="clone.overwrite",
+            again="replace them (clone.resume=true continues an unfinished clone)",
         )
 
 
