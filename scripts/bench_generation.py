@@ -40,6 +40,7 @@ from glam.policy.generation_config import GenerationConfig
 from glam.policy.writer import WritingActorCritic
 from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.written import WrittenEnvRunner
+from glam.threads import set_torch_threads
 
 WRITER = "scripts/bench_generation.py"
 """The mark of the JSON this script writes (`glam.outputs.write_json`)."""
@@ -131,8 +132,7 @@ def main() -> None:
         )
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         fail(f"--device {args.device}: torch sees no CUDA GPU here; use --device cpu")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(f"[bench] {set_torch_threads(args.threads, '--threads').describe()}", flush=True)
     try:
         model_cfg = ModelConfig(
             name_or_path=args.model, lora=AdapterConfig(enabled=False), autocast_bf16=False

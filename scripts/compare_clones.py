@@ -24,7 +24,9 @@ from glam.eval.stats import holm, mcnemar_exact_p
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("clones", type=Path, nargs="+", help="clone_policy.py output folders")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (recomputing)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: the cores free)"
+    )
     args = parser.parse_args(argv)
     records = {}
     for folder in args.clones:
@@ -63,18 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _recompute(folder: Path, record: dict, threads: int) -> dict:
+def _recompute(folder: Path, record: dict, threads: int | None) -> dict:
     """The held-out decisions' targets and the saved policy's choices, as clone_policy.py
     measures them (its split, its first `clone.max_eval_pairs` held-out decisions)."""
-    import torch
     from omegaconf import OmegaConf
 
     from glam.bc.choice import DecisionSet, measure, split_decisions
     from glam.bc.config import CloneConfig
     from glam.demos import load_demos
     from glam.policy.llm_policy import LLMActorCritic
+    from glam.threads import set_torch_threads
 
-    torch.set_num_threads(threads)
+    print(f"[compare] {set_torch_threads(threads, '--threads').describe()}", flush=True)
     saved = OmegaConf.load(folder / "config.yaml").clone
     clone = CloneConfig(**OmegaConf.to_container(saved))
     _, held_out = split_decisions(load_demos(record["dataset"]), clone)

@@ -49,6 +49,7 @@ from glam.outputs import (  # noqa: E402
     write_json,
 )
 from glam.teach.scorers import SCORING_DIALECTS, LocalScorer, OpenAIScorer  # noqa: E402
+from glam.threads import set_torch_threads
 
 WRITER = "scripts/compare_served_scores.py"
 """The mark of the JSON this script writes (`glam.outputs.write_json`)."""
@@ -68,7 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--level", default="BabyAI-MixedTrainLocal-v0")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads in this process")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: the cores free)"
+    )
     parser.add_argument("--dialect", choices=SCORING_DIALECTS, default=None)
     parser.add_argument("--timeout", type=float, default=120.0)
     add_output_file_options(parser)
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
         return results
     if not args.base_url:
         fail("--base-url is required (the server, up to and including /v1)")
-    torch.set_num_threads(args.threads)
+    print(f"[compare] {set_torch_threads(args.threads, '--threads').describe()}", flush=True)
     prompts, actions = rollout_prompts(args.level, args.prompts, 3, args.seed)
     candidates = [actions] * len(prompts)
     start = time.perf_counter()

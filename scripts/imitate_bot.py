@@ -41,6 +41,7 @@ from glam.cli import report
 from glam.eval.bot_imitation import advice_states, imitate, share
 from glam.eval.config import SEED_BASE
 from glam.outputs import IMITATION, OutputDirError, check_output_dir
+from glam.threads import set_torch_threads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="training episodes and weights")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: the cores free)"
+    )
     parser.add_argument("--out", type=Path, help="folder for imitation.csv, .json and .md")
     parser.add_argument("--overwrite", action="store_true", help="replace results in --out")
     args = parser.parse_args(argv)
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         words = list(make_env().action_words)
     except ValueError as error:  # an unknown level or action space, named by the message
         return report(error)
-    torch.set_num_threads(args.threads)
+    print(f"[imitate] {set_torch_threads(args.threads, '--threads').describe()}", flush=True)
     torch.manual_seed(args.seed)
     start = time.time()
     rng = np.random.default_rng(args.seed)

@@ -43,6 +43,7 @@ from glam.policy.writer import WritingActorCritic, read_answer
 from glam.ppo.algorithm_config import AlgorithmConfig
 from glam.ppo.written import WrittenEnvRunner
 from glam.runs.folder import policy_dir
+from glam.threads import set_torch_threads
 
 INVALID = "(no action)"
 """The row of answers that name no action."""
@@ -159,8 +160,7 @@ def tally(policy: WritingActorCritic, prompts: list[str], samples: int) -> dict:
 
 def main() -> None:
     args = parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(f"[probe] {set_torch_threads(args.threads, '--threads').describe()}", flush=True)
     try:
         words = list(resolve_action_space(args.action_space).words)
     except ValueError as error:

@@ -85,6 +85,7 @@ from glam.outputs import OutputDirError, add_output_file_options, check_output_f
 from glam.policy.files import CheckpointError
 from glam.policy.llm_policy import LLMActorCritic
 from glam.runs.folder import policy_dir
+from glam.threads import set_torch_threads
 
 BAD_INPUT = (
     ProbeInputError,
@@ -329,8 +330,7 @@ WRITER = "scripts/probe_features.py"
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(f"[probe] {set_torch_threads(args.threads, '--threads').describe()}", flush=True)
     if args.no_progress:
         transformers.utils.logging.disable_progress_bar()
     started = time.perf_counter()
