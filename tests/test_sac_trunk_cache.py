@@ -6,7 +6,7 @@
   in, the same numbers whether just computed or held; the least recently used entries go first past the budget; an entry is a copy of its own.
 - The trainer turns it on where it applies and says so; a run from the cache kept as computed
   (`sac.trunk_cache_dtype=model`) trains as the run without it; where it does not apply, the run
-  says why or stops.
+  says why or stops; a resumed run starts it empty and says so.
 """
 
 from __future__ import annotations
@@ -186,3 +186,11 @@ def test_where_the_cache_does_not_apply_the_sac_run_says_so_or_stops(
         )
     with pytest.raises(ValueError, match="sac.trunk_cache_dtype must be one of bfloat16, model"):
         compose_run("tiny", ["sac.trunk_cache_dtype=float16"])
+
+
+def test_a_resumed_run_starts_its_cache_empty_and_says_so(tmp_path: Path, capsys) -> None:
+    _sac_run(tmp_path, "model.lora.layers=1", "train.total_frames=16")
+    capsys.readouterr()
+    rows, _ = _sac_run(tmp_path, "model.lora.layers=1", "train.resume=true")
+    assert "empty at resume: it refills as the run replays" in capsys.readouterr().out
+    assert rows[-1]["frames"] == 32 and rows[-1]["memory/trunk_cache_mib"] > 0
