@@ -3,7 +3,8 @@
 - A replayed batch takes the states held and computes the others; the forward from them equals
   the whole model's; an observation held runs no layer below the cut.
 - bfloat16 entries take half of float32's memory and come back in the dtype they were computed
-  in, the same numbers whether just computed or held; the least recently used entries go first past the budget; an entry is a copy of its own.
+  in, the same numbers whether just computed or held; the least recently used entries go first
+  past the budget; an entry is a copy of its own.
 - The trainer turns it on where it applies and says so; a run from the cache kept as computed
   (`sac.trunk_cache_dtype=model`) trains as the run without it; where it does not apply, the run
   says why or stops; a resumed run starts it empty and says so.
