@@ -193,5 +193,7 @@ def test_a_resumed_run_starts_its_cache_empty_and_says_so(tmp_path: Path, capsys
     _sac_run(tmp_path, "model.lora.layers=1", "train.total_frames=16")
     capsys.readouterr()
     rows, _ = _sac_run(tmp_path, "model.lora.layers=1", "train.resume=true")
-    assert "empty at resume: it refills as the run replays" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "empty at resume: it refills as the run replays" in out
+    assert "sac.cache_trunk: True -> None" not in out  # unset again: not a change
     assert rows[-1]["frames"] == 32 and rows[-1]["memory/trunk_cache_mib"] > 0

@@ -164,6 +164,9 @@ def check_same_run(cfg: CoreRunConfig, checkpoint: Path, world: int) -> None:
 
 _RESUME_KEYS = ("train.resume", "train.resume_from")
 """Keys that differ in every resume: not worth a note."""
+_DECIDED_KEYS = ("ppo.cache_trunk", "sac.cache_trunk")
+"""Keys left unset (None: decided at start) that config.yaml records as decided: unset again in
+the resumed session, they are not a change."""
 
 
 def changed_settings(cfg: CoreRunConfig, checkpoint: Path) -> list[str]:
@@ -180,6 +183,7 @@ def changed_settings(cfg: CoreRunConfig, checkpoint: Path) -> list[str]:
         and saved[key] != value
         and key.split(".", 1)[0] not in _SAME_RUN_SECTIONS
         and key not in _RESUME_KEYS
+        and not (key in _DECIDED_KEYS and value is None)
     ]
 
 
