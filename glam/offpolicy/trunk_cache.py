@@ -94,7 +94,7 @@ class TrunkCache:
             if output.trunk is None:
                 raise ValueError("the policy kept no trunk states: its trunk cache is off")
             for i, states in zip(missing, output.trunk, strict=True):
-                found[i] = self._store(keys[i], states)
+                found[i] = _handed_back(self._store(keys[i], states))
         return observations.with_trunk(found)  # type: ignore[arg-type]
 
     def take_stats(self) -> TrunkCacheStats:
@@ -103,20 +103,22 @@ class TrunkCache:
         return stats
 
     def _get(self, key: Key) -> TrunkStates | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return _handed_back(entry)
+        entry = self._lookup(key)
+        return None if entry is None else _handed_back(entry)
 
-    def _store(self, key: Key, states: TrunkStates) -> TrunkStates:
-        """Keep `states` under `key` (unless larger than the whole budget); return them as a
-        later lookup will (rounded to the cache's dtype), so a replayed observation reads the
-        same numbers whether it was held or just computed."""
+    def _lookup(self, key: Key) -> _Entry | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
-            return _handed_back(entry)
+        return entry
+
+    def _store(self, key: Key, states: TrunkStates) -> _Entry:
+        """Keep `states` under `key` (unless larger than the whole budget); return the entry,
+        whose states (rounded to the cache's dtype) a replayed observation reads whether it was
+        held or just computed."""
+        entry = self._lookup(key)
+        if entry is not None:
+            return entry
         entry = _Entry(
             TrunkStates(
                 _copy(states.hidden, self.dtype),
@@ -130,7 +132,7 @@ class TrunkCache:
             while self.nbytes > self.budget_bytes:
                 _, dropped = self._entries.popitem(last=False)
                 self.nbytes -= dropped.states.nbytes
-        return _handed_back(entry)
+        return entry
 
 
 def _keys(observations: TextObservations) -> list[Key]:
