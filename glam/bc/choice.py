@@ -341,12 +341,16 @@ def clone_policy(run: CloneRunConfig) -> CloneResult:
     return CloneResult(output_dir, summary)
 
 
-def _trained_state(policy: nn.Module) -> dict[str, Tensor]:
+def _trained_tensors(policy: nn.Module) -> dict[str, Tensor]:
     """What training changes: the parameters that take a gradient, and the buffers (a batch
     norm's statistics); the frozen weights are loaded again from the model."""
     state = {name: p for name, p in policy.named_parameters() if p.requires_grad}
-    state |= dict(policy.named_buffers())
-    return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
+    return state | dict(policy.named_buffers())
+
+
+def _trained_state(policy: nn.Module) -> dict[str, Tensor]:
+    """`_trained_tensors`, copied for saving."""
+    return {k: t.detach().clone().contiguous() for k, t in _trained_tensors(policy).items()}
 
 
 def _save_checkpoint(
@@ -388,7 +392,7 @@ def _load_checkpoint(
 ) -> dict:
     """Restore what `_save_checkpoint` wrote; return its progress (the figures so far)."""
     tensors = load_file(folder / "trained.safetensors")
-    expected = _trained_state(policy).keys()
+    expected = _trained_tensors(policy).keys()
     if tensors.keys() != expected:
         raise CloneResumeError(
             f"the checkpoint in {folder} trained other weights than this policy trains "
